@@ -1,0 +1,35 @@
+//! `wmrl`: post-train VLA policies with world-model rewards kept honest by
+//! real anchors. Each subcommand lives in its own module under `cmd/`, with a
+//! clap `Args` struct and a `run` function; this file only wires them.
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+
+#[derive(Debug, Parser)]
+#[command(name = "wmrl", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List the episodes in a directory written by `wmrl demos` or a rollout
+    /// dump: task, length, success, final progress.
+    Episodes(cmd::episodes::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Episodes(args) => cmd::episodes::run(args),
+    }
+}

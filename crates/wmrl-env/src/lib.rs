@@ -12,6 +12,7 @@
 mod episode;
 mod error;
 mod local;
+pub mod text;
 mod types;
 
 pub use episode::{Episode, EpisodeStep, list_episodes, read_episode, write_episode};

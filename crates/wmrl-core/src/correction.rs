@@ -1,0 +1,370 @@
+//! One step of the method in the order METHOD.md fixes: score with the world
+//! model, choose anchors, get their real outcomes, update the calibration
+//! *before* measuring disagreement, update the anchor weight, calibrate the
+//! rest, form advantages. A trainer supplies the two scorers and cannot get
+//! the order wrong.
+
+use serde::{Deserialize, Serialize};
+
+use crate::advantage::group_advantages;
+use crate::anchors::AnchorScheduler;
+use crate::calibration::Calibrator;
+use crate::config::{Arm, CoreConfig};
+use crate::diagnostics::{Diagnostics, PairRecord, RolloutRecord, StepRecord};
+use crate::error::check_finite;
+use crate::weight::{AnchorWeight, group_disagreement, variance};
+use crate::{CoreError, Result};
+
+/// The scorer error type: whatever the caller's simulator, sandbox or model
+/// raises.
+pub type ScorerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The two ways of scoring the rollouts of a step's groups.
+pub trait Scorers {
+    /// Raw world-model scores of every rollout of each named group, one
+    /// batched pass. Called once per step, before anchors are chosen.
+    fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError>;
+    /// Real outcomes of every rollout of each named group (`None`: the
+    /// rollout could not be graded). Called only for anchor groups.
+    fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError>;
+}
+
+/// What one step produced, for the policy update and the metrics.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepOutcome {
+    pub step: u64,
+    pub anchors: Vec<usize>,
+    /// The reward each rollout was graded with (`None`: ungraded).
+    pub rewards: Vec<Vec<Option<f64>>>,
+    /// Advantages for the policy update (`None`: excluded).
+    pub advantages: Vec<Vec<Option<f64>>>,
+    /// Raw world-model scores, where the arm reads the world model.
+    pub wm_raw: Option<Vec<Vec<f64>>>,
+    /// Real outcomes of anchor groups (same order as `anchors`).
+    pub real: Vec<Vec<Option<f64>>>,
+    pub stats: StepStats,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStats {
+    pub anchor_groups: usize,
+    /// Real labels handed to the learner this step.
+    pub labels_used: usize,
+    /// Rollouts scored by the world model this step.
+    pub wm_rollouts: usize,
+    pub calibrated: bool,
+    pub refit: bool,
+    pub weight: f64,
+    /// Mean normalised disagreement of anchor groups, as the arm sees them
+    /// (after calibration where the arm calibrates).
+    pub disagreement: Option<f64>,
+    /// The same with the raw world-model scores.
+    pub disagreement_raw: Option<f64>,
+    /// `1 - mean|f(wm) - real| / mean|wm - real|` over this step's pairs.
+    pub bias_reduction: Option<f64>,
+    /// Anchor groups that took their ranking from the world model because
+    /// their real outcomes were all equal.
+    pub fallback_groups: usize,
+    /// Groups with fewer than `min_graded` graded rollouts.
+    pub groups_skipped: usize,
+    pub adv_abs_mean: f64,
+    pub adv_abs_max: f64,
+}
+
+/// The method's state across a run (serialisable for checkpoints).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CorrectionLoop {
+    cfg: CoreConfig,
+    arm: Arm,
+    scheduler: AnchorScheduler,
+    calibrator: Calibrator,
+    weight: AnchorWeight,
+    diagnostics: Diagnostics,
+    step: u64,
+}
+
+fn mean(xs: &[f64]) -> Option<f64> {
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
+impl CorrectionLoop {
+    pub fn new(cfg: CoreConfig, arm: Arm, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        Ok(Self {
+            scheduler: AnchorScheduler::new(cfg.anchors.clone(), seed)?,
+            calibrator: Calibrator::new(cfg.calibration.clone())?,
+            weight: AnchorWeight::new(cfg.weight.clone())?,
+            diagnostics: Diagnostics::default(),
+            cfg,
+            arm,
+            step: 0,
+        })
+    }
+
+    pub fn arm(&self) -> Arm {
+        self.arm
+    }
+    pub fn config(&self) -> &CoreConfig {
+        &self.cfg
+    }
+    pub fn calibrator(&self) -> &Calibrator {
+        &self.calibrator
+    }
+    pub fn anchor_weight(&self) -> &AnchorWeight {
+        &self.weight
+    }
+    pub fn scheduler(&self) -> &AnchorScheduler {
+        &self.scheduler
+    }
+    pub fn diagnostics(&self) -> &Diagnostics {
+        &self.diagnostics
+    }
+    pub fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    /// Run one step over `group_sizes.len()` groups. `capacity` caps anchor
+    /// groups by free real-execution capacity.
+    pub fn step(
+        &mut self,
+        group_sizes: &[usize],
+        capacity: Option<usize>,
+        scorers: &mut dyn Scorers,
+    ) -> Result<StepOutcome> {
+        let n = group_sizes.len();
+        if let Some(g) = group_sizes.iter().position(|&s| s == 0) {
+            return Err(CoreError::EmptyGroup { group: g });
+        }
+        let all: Vec<usize> = (0..n).collect();
+        let arm = self.arm;
+
+        // World-model scores (raw) for every group: one batched pass.
+        let wm_raw = if arm.uses_world_model() {
+            let s = scorers
+                .world_model(&all)
+                .map_err(|e| CoreError::Scorer(e.to_string()))?;
+            check_shape("world model", &s, group_sizes)?;
+            for g in &s {
+                check_finite("world_model", g)?;
+            }
+            Some(s)
+        } else {
+            None
+        };
+
+        // 1. Choose anchors.
+        let anchors: Vec<usize> = if arm.all_real() {
+            all.clone()
+        } else if !arm.uses_real() {
+            Vec::new()
+        } else {
+            let means: Option<Vec<f64>> = wm_raw
+                .as_ref()
+                .map(|s| s.iter().map(|g| mean(g).unwrap_or(0.0)).collect());
+            self.scheduler.choose(n, capacity, means.as_deref())?
+        };
+        let mut is_anchor = vec![false; n];
+        anchors.iter().for_each(|&g| is_anchor[g] = true);
+
+        // 2. Real outcomes for the anchors.
+        let real = if anchors.is_empty() {
+            Vec::new()
+        } else {
+            let r = scorers
+                .real(&anchors)
+                .map_err(|e| CoreError::Scorer(e.to_string()))?;
+            let sizes: Vec<usize> = anchors.iter().map(|&g| group_sizes[g]).collect();
+            check_shape("real", &r, &sizes)?;
+            for g in &r {
+                let graded: Vec<f64> = g.iter().flatten().copied().collect();
+                check_finite("real", &graded)?;
+            }
+            r
+        };
+        let labels_used = real.iter().flatten().filter(|r| r.is_some()).count();
+
+        // Anchor pairs (world model, real) of graded anchor rollouts.
+        let pairs: Vec<(f64, f64)> = match &wm_raw {
+            Some(wm) => anchors
+                .iter()
+                .zip(&real)
+                .flat_map(|(&g, r)| wm[g].iter().zip(r).filter_map(|(&x, y)| y.map(|y| (x, y))))
+                .collect(),
+            None => Vec::new(),
+        };
+
+        // 3. Update the calibration first.
+        let refit = if arm.calibrates() && !pairs.is_empty() {
+            let (xs, ys): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+            self.calibrator.push(&xs, &ys)?
+        } else {
+            false
+        };
+        let calibrate = |c: &Calibrator, xs: &[f64]| -> Result<Vec<f64>> {
+            if arm.calibrates() {
+                c.apply(xs)
+            } else {
+                Ok(xs.to_vec())
+            }
+        };
+
+        // 4. Disagreement on the calibrated residual, then the weight.
+        let (mut dis, mut dis_raw) = (Vec::new(), Vec::new());
+        if let Some(wm) = &wm_raw {
+            for (&g, r) in anchors.iter().zip(&real) {
+                let (xs, ys): (Vec<f64>, Vec<f64>) = wm[g]
+                    .iter()
+                    .zip(r)
+                    .filter_map(|(&x, y)| y.map(|y| (x, y)))
+                    .unzip();
+                if xs.len() < 2 {
+                    continue;
+                }
+                let d = calibrate(&self.calibrator, &xs)?;
+                let min_var = self.cfg.weight.min_var;
+                if let Some(s2) = group_disagreement(&d, &ys, min_var)? {
+                    dis.push(s2);
+                    if arm.weights() {
+                        self.weight.observe(s2)?;
+                    }
+                }
+                if let Some(s2) = group_disagreement(&xs, &ys, min_var)? {
+                    dis_raw.push(s2);
+                }
+            }
+        }
+        // The weight fuses two streams; with every group an anchor there is
+        // one stream and the weight is off (METHOD.md, free labels).
+        let weight = if arm.weights() && anchors.len() < n {
+            self.weight.weight()
+        } else {
+            1.0
+        };
+
+        let bias_reduction = if arm.calibrates() && self.calibrator.is_fitted() && !pairs.is_empty()
+        {
+            let (xs, ys): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+            let f = self.calibrator.apply(&xs)?;
+            let before: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - y).abs()).sum();
+            let after: f64 = f.iter().zip(&ys).map(|(x, y)| (x - y).abs()).sum();
+            (before > 0.0).then(|| 1.0 - after / before)
+        } else {
+            None
+        };
+
+        // 5-6. Rewards and advantages, group by group.
+        let mut real_of = vec![None; n];
+        for (&g, r) in anchors.iter().zip(&real) {
+            real_of[g] = Some(r);
+        }
+        let mut rewards = Vec::with_capacity(n);
+        let mut advantages = Vec::with_capacity(n);
+        let (mut fallback_groups, mut groups_skipped) = (0, 0);
+        for g in 0..n {
+            let dense = match &wm_raw {
+                Some(wm) => Some(calibrate(&self.calibrator, &wm[g])?),
+                None => None,
+            };
+            let (r, w): (Vec<Option<f64>>, f64) = match (real_of[g], dense) {
+                (Some(real), dense) => {
+                    let graded: Vec<f64> = real.iter().flatten().copied().collect();
+                    let flat = graded.len() >= 2 && variance(&graded) < self.cfg.weight.min_var;
+                    match dense {
+                        Some(d) if flat && self.cfg.dense_fallback_on_flat_anchors => {
+                            fallback_groups += 1;
+                            (d.into_iter().map(Some).collect(), 1.0)
+                        }
+                        _ => (real.clone(), weight),
+                    }
+                }
+                (None, Some(d)) => (d.into_iter().map(Some).collect(), 1.0),
+                (None, None) => (vec![None; group_sizes[g]], 1.0),
+            };
+            let a = group_advantages(&r, w, &self.cfg.advantage)?;
+            if a.iter().all(Option::is_none) {
+                groups_skipped += 1;
+            }
+            rewards.push(r);
+            advantages.push(a);
+        }
+
+        let abs: Vec<f64> = advantages
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|a| a.abs())
+            .collect();
+        let stats = StepStats {
+            anchor_groups: anchors.len(),
+            labels_used,
+            wm_rollouts: wm_raw.as_ref().map_or(0, |s| s.iter().map(Vec::len).sum()),
+            calibrated: arm.calibrates() && self.calibrator.is_fitted(),
+            refit,
+            weight,
+            disagreement: mean(&dis),
+            disagreement_raw: mean(&dis_raw),
+            bias_reduction,
+            fallback_groups,
+            groups_skipped,
+            adv_abs_mean: mean(&abs).unwrap_or(0.0),
+            adv_abs_max: abs.iter().copied().fold(0.0, f64::max),
+        };
+
+        // Diagnostics.
+        let step = self.step;
+        self.diagnostics
+            .pairs
+            .extend(
+                pairs
+                    .iter()
+                    .map(|&(wm, real)| PairRecord { step, wm, real }),
+            );
+        if let Some(wm) = &wm_raw {
+            for (g, scores) in wm.iter().enumerate() {
+                self.diagnostics
+                    .rollouts
+                    .extend(scores.iter().map(|&s| RolloutRecord {
+                        step,
+                        wm: s as f32,
+                        anchor: is_anchor[g],
+                    }));
+            }
+        }
+        self.diagnostics.steps.push(StepRecord {
+            step,
+            disagreement: stats.disagreement,
+            weight,
+            at_max: arm.weights() && self.weight.at_max(),
+        });
+        self.step += 1;
+
+        Ok(StepOutcome {
+            step,
+            anchors,
+            rewards,
+            advantages,
+            wm_raw,
+            real,
+            stats,
+        })
+    }
+}
+
+fn check_shape<T>(what: &str, got: &[Vec<T>], sizes: &[usize]) -> Result<()> {
+    if got.len() != sizes.len() {
+        return Err(CoreError::Shape(format!(
+            "{what} scorer returned {} groups, expected {}",
+            got.len(),
+            sizes.len()
+        )));
+    }
+    for (i, (g, &s)) in got.iter().zip(sizes).enumerate() {
+        if g.len() != s {
+            return Err(CoreError::Shape(format!(
+                "{what} scorer returned {} rollouts for group {i}, expected {s}",
+                g.len()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,120 @@
+//! What every run spent: real executions and their seconds, success labels,
+//! world-model calls, policy samples, update time. Every report prints it.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+/// Where the time and counts go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    /// Simulator episodes or sandbox executions.
+    RealExecution,
+    /// World-model forward passes.
+    WorldModel,
+    /// Policy sampling.
+    PolicySample,
+    /// Gradient updates.
+    Update,
+    /// Evaluation episodes (kept apart from training cost).
+    Eval,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    /// Real executions (simulator episodes, sandbox runs).
+    pub real_executions: u64,
+    pub real_seconds: f64,
+    /// CPU seconds of real execution where measured (sandbox rusage).
+    pub real_cpu_seconds: f64,
+    /// Real success labels the learner was given.
+    pub labels: u64,
+    /// Batched world-model calls and the rollouts they scored.
+    pub wm_calls: u64,
+    pub wm_rollouts: u64,
+    pub wm_seconds: f64,
+    pub policy_samples: u64,
+    pub policy_seconds: f64,
+    pub updates: u64,
+    pub update_seconds: f64,
+    pub eval_episodes: u64,
+    pub eval_seconds: f64,
+    /// Simulator control steps (robot track).
+    pub sim_steps: u64,
+}
+
+impl Ledger {
+    /// Add `count` items and `seconds` to a stage.
+    pub fn record(&mut self, stage: Stage, count: u64, seconds: f64) {
+        match stage {
+            Stage::RealExecution => {
+                self.real_executions += count;
+                self.real_seconds += seconds;
+            }
+            Stage::WorldModel => {
+                self.wm_calls += 1;
+                self.wm_rollouts += count;
+                self.wm_seconds += seconds;
+            }
+            Stage::PolicySample => {
+                self.policy_samples += count;
+                self.policy_seconds += seconds;
+            }
+            Stage::Update => {
+                self.updates += count;
+                self.update_seconds += seconds;
+            }
+            Stage::Eval => {
+                self.eval_episodes += count;
+                self.eval_seconds += seconds;
+            }
+        }
+    }
+
+    /// Run `f`, recording its wall seconds and `count` against `stage`.
+    pub fn timed<T>(&mut self, stage: Stage, count: u64, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.record(stage, count, t.elapsed().as_secs_f64());
+        out
+    }
+
+    /// Sum of two ledgers (e.g. over seeds).
+    pub fn merge(&mut self, o: &Ledger) {
+        self.real_executions += o.real_executions;
+        self.real_seconds += o.real_seconds;
+        self.real_cpu_seconds += o.real_cpu_seconds;
+        self.labels += o.labels;
+        self.wm_calls += o.wm_calls;
+        self.wm_rollouts += o.wm_rollouts;
+        self.wm_seconds += o.wm_seconds;
+        self.policy_samples += o.policy_samples;
+        self.policy_seconds += o.policy_seconds;
+        self.updates += o.updates;
+        self.update_seconds += o.update_seconds;
+        self.eval_episodes += o.eval_episodes;
+        self.eval_seconds += o.eval_seconds;
+        self.sim_steps += o.sim_steps;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_and_merges() {
+        let mut a = Ledger::default();
+        a.record(Stage::WorldModel, 64, 0.5);
+        a.record(Stage::WorldModel, 64, 0.25);
+        a.labels += 8;
+        let x = a.timed(Stage::Update, 1, || 3);
+        assert_eq!(x, 3);
+        assert_eq!((a.wm_calls, a.wm_rollouts), (2, 128));
+        assert!((a.wm_seconds - 0.75).abs() < 1e-12);
+        let mut b = a.clone();
+        b.merge(&a);
+        assert_eq!((b.wm_rollouts, b.labels, b.updates), (256, 16, 2));
+    }
+}

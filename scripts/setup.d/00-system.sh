@@ -2,7 +2,7 @@
 # System packages every component needs; apt runs only when one is missing.
 set -euo pipefail
 need=()
-for pkg in build-essential pkg-config; do
+for pkg in build-essential pkg-config libfontconfig1-dev fonts-dejavu-core; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -1,0 +1,36 @@
+//! Robometer-style progress world model for the robot track.
+//!
+//! - [`WorldModel`]: load any ONNX model with the progress contract
+//!   (docs/worldmodel.md) and score rollouts through ONNX Runtime (`ort`):
+//!   uniform sub-sampling to T frames, batched calls, one score per rollout
+//!   ([`ScoreMode`]).
+//! - [`ProgressNet`] and [`train`]: wmrl's own small model, trained in candle
+//!   on episodes labelled by the simulator's progress oracle.
+//! - [`export`]: the trained weights as a real `.onnx` file (opset 17), the
+//!   graph built here with hand-written protobuf messages ([`onnx_proto`]).
+//! - [`metrics`]: Spearman, AUROC and calibration curves for `wmrl wm report`.
+//!
+//! The ONNX Runtime library is loaded at run time ([`runtime`]); when it is
+//! missing every entry point returns [`WmError::RuntimeMissing`] naming
+//! `scripts/setup`, never a panic.
+
+pub mod collapse;
+pub mod contract;
+mod error;
+pub mod export;
+mod inference;
+pub mod metrics;
+pub mod net;
+pub mod onnx_proto;
+pub mod parity;
+pub mod runtime;
+pub mod synthetic;
+pub mod train;
+
+pub use collapse::{DEFAULT_POTENTIAL_K, ScoreMode, uniform_indices};
+pub use contract::ModelShape;
+pub use error::{Result, WmError};
+pub use export::export_onnx;
+pub use inference::{ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig};
+pub use net::{NetConfig, ProgressNet};
+pub use runtime::runtime_available;

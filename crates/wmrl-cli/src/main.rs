@@ -18,6 +18,12 @@ enum Command {
     /// List the episodes in a directory written by `wmrl demos` or a rollout
     /// dump: task, length, success, final progress.
     Episodes(cmd::episodes::Args),
+    /// Behaviour-clone a policy preset on demonstrations (`--check` builds a
+    /// preset and times one forward pass).
+    Sft(cmd::sft::Args),
+    /// Success of a policy checkpoint per task with 95% Wilson intervals,
+    /// JSON results and rollout GIFs.
+    Eval(cmd::eval::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,5 +37,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Episodes(args) => cmd::episodes::run(args),
+        Command::Sft(args) => cmd::sft::run(args),
+        Command::Eval(args) => cmd::eval::run(args),
     }
 }

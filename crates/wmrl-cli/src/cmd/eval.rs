@@ -1,0 +1,94 @@
+//! `wmrl eval`: success of a policy checkpoint on the embedded simulator,
+//! per task with 95% Wilson intervals, as JSON plus a few rollout GIFs.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use wmrl_policy::{EvalConfig, Policy};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Run directory holding config.json and model.safetensors.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// `all` or a list like `0,3,5-7`.
+    #[arg(long, default_value = "all")]
+    pub tasks: String,
+    /// Initial states, e.g. `16-49` (the held-out states).
+    #[arg(long, default_value = "16-49")]
+    pub init_states: String,
+    /// Parallel environment slots.
+    #[arg(long, default_value_t = 34)]
+    pub num_envs: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Actions executed per policy call (0: the whole chunk).
+    #[arg(long, default_value_t = 0)]
+    pub execute_steps: usize,
+    /// Rollout GIFs to write.
+    #[arg(long, default_value_t = 3)]
+    pub gifs: usize,
+    /// Output directory (default: `<policy>/eval`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+/// Parse `all`, `3`, `0,2,5-7` into indices.
+pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
+    if s == "all" {
+        return Ok((0..all).collect());
+    }
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse()?, b.parse()?);
+                anyhow::ensure!(a <= b, "empty range {part}");
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse()?),
+        }
+    }
+    Ok(out)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let policy =
+        Policy::load(&args.policy).with_context(|| format!("loading {}", args.policy.display()))?;
+    let mut env = make_env(args.num_envs)?;
+    let n_tasks = env.spec().tasks.len();
+    let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));
+    let cfg = EvalConfig {
+        tasks: parse_list(&args.tasks, n_tasks)?,
+        init_states: parse_list(&args.init_states, 0)?,
+        temperature: args.temperature,
+        seed: args.seed,
+        execute_steps: args.execute_steps,
+        gif_dir: (args.gifs > 0).then(|| out.join("gifs")),
+        n_gifs: args.gifs,
+        ..EvalConfig::default()
+    };
+    let report = wmrl_policy::evaluate(&policy, env.as_mut(), &cfg)?;
+    env.close()?;
+    std::fs::create_dir_all(&out)?;
+    report.write_json(&out.join("eval.json"))?;
+    print!("{}", report.table());
+    println!(
+        "{} episodes, {} policy calls, {} env steps, {:.1} s; results in {}",
+        report.episodes.len(),
+        report.policy_calls,
+        report.env_steps,
+        report.wall_secs,
+        out.join("eval.json").display()
+    );
+    Ok(())
+}
+
+/// The environment evaluation runs in.
+fn make_env(num_envs: usize) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
+    let _ = num_envs;
+    anyhow::bail!("the embedded simulator (wmrl-sim) is not wired into `wmrl eval` yet")
+}

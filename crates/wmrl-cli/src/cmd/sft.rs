@@ -1,0 +1,145 @@
+//! `wmrl sft`: behaviour cloning of a policy preset on `wmrl demos` episodes.
+//! `--check` instead builds the preset and times one forward pass (how the
+//! `minivla` preset is exercised without a long test).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use wmrl_policy::candle::{DType, Device};
+use wmrl_policy::{Policy, PolicyInput, RunConfig, SftDataset};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Directory of demonstration episodes (`wmrl demos --out`).
+    #[arg(long)]
+    pub demos: Option<PathBuf>,
+    /// Policy preset: tiny, small, minivla.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Run-config TOML (`configs/policy_*.toml`): preset, policy overrides, [sft].
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Run directory: checkpoints, metrics.jsonl, sft.json.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Use at most this many (successful) episodes, in file order.
+    #[arg(long)]
+    pub max_episodes: Option<usize>,
+    /// Override the number of optimiser steps (also the cosine length).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    #[arg(long)]
+    pub lr: Option<f64>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Continue the run in `--out` from its last checkpoint.
+    #[arg(long)]
+    pub resume: bool,
+    /// Build the preset, run one forward pass on a dummy observation, print
+    /// parameter count and timing, and exit.
+    #[arg(long)]
+    pub check: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let mut rc = RunConfig::load(args.config.as_deref(), args.preset.as_deref())?;
+    if args.check {
+        return check(rc);
+    }
+    let demos = args.demos.context("--demos is required")?;
+    let out = args.out.context("--out is required")?;
+    if let Some(s) = args.steps {
+        rc.sft.steps = s;
+        rc.sft.optim.total_steps = s;
+    }
+    if let Some(b) = args.batch_size {
+        rc.sft.batch_size = b;
+    }
+    if let Some(lr) = args.lr {
+        rc.sft.optim.lr = lr;
+    }
+    if let Some(seed) = args.seed {
+        rc.sft.seed = seed;
+    }
+    let resume = args.resume && wmrl_policy::can_resume(&out);
+    if resume {
+        // The network must be the one the run started with.
+        rc.policy = Policy::load(&out)?.config().clone();
+    } else {
+        let first = wmrl_env::list_episodes(&demos)?
+            .first()
+            .map(|p| wmrl_env::read_episode(p))
+            .transpose()?
+            .context("no episodes in --demos")?;
+        rc.policy.proprio_dim = first.steps.first().map(|s| s.proprio.len()).unwrap_or(0);
+        rc.policy.proprio_mean.clear();
+        rc.policy.proprio_std.clear();
+    }
+    let t_load = Instant::now();
+    let data = SftDataset::from_dir(
+        &rc.policy,
+        &demos,
+        args.max_episodes,
+        rc.sft.include_failures,
+    )
+    .with_context(|| format!("loading demos from {}", demos.display()))?;
+    tracing::info!(
+        episodes = data.n_episodes,
+        samples = data.len(),
+        secs = t_load.elapsed().as_secs_f64(),
+        "loaded demonstrations"
+    );
+    if !resume {
+        let (mean, std) = data.proprio_stats(rc.policy.proprio_dim);
+        rc.policy.proprio_mean = mean;
+        rc.policy.proprio_std = std;
+    }
+    let policy = Policy::new(rc.policy.clone(), &Device::Cpu, DType::F32)?;
+    tracing::info!(preset = %rc.policy.preset, params = policy.n_params(), "policy");
+    let report = wmrl_policy::train_sft(&policy, &data, &rc.sft, &out, args.resume, true)?;
+    let summary = serde_json::json!({
+        "demos": demos.display().to_string(),
+        "episodes": report.n_episodes, "samples": report.n_samples,
+        "steps": report.steps, "start_step": report.start_step,
+        "batch_size": rc.sft.batch_size,
+        "final_loss": report.final_loss, "final_token_acc": report.final_token_acc,
+        "wall_secs": report.wall_secs, "samples_per_sec": report.samples_per_sec,
+        "params": policy.n_params(),
+    });
+    std::fs::write(
+        out.join("sft_report.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    println!("{summary}");
+    Ok(())
+}
+
+fn check(rc: RunConfig) -> anyhow::Result<()> {
+    let cfg = rc.policy;
+    let t0 = Instant::now();
+    let policy = Policy::new(cfg.clone(), &Device::Cpu, DType::F32)?;
+    let build = t0.elapsed().as_secs_f64();
+    let frame = wmrl_env::Frame::blank(128, 128);
+    let input = PolicyInput {
+        instruction: "put both the alphabet soup and the tomato sauce in the basket".into(),
+        frames: vec![frame.clone(), frame],
+        prev_frame: None,
+        proprio: vec![0.0; cfg.proprio_dim],
+    };
+    let prep = policy.prepare(std::slice::from_ref(&input))?;
+    let toks = policy.tokens_tensor(&[vec![128; cfg.tokens_per_call()]])?;
+    let t1 = Instant::now();
+    let logits = policy.chunk_logits(&prep, &toks)?;
+    let fwd = t1.elapsed().as_secs_f64();
+    let v = logits.flatten_all()?.to_vec1::<f32>()?;
+    anyhow::ensure!(v.iter().all(|x| x.is_finite()), "non-finite logits");
+    println!(
+        "{}",
+        serde_json::json!({"preset": cfg.preset, "params": policy.n_params(), "seq_len": cfg.seq_len(),
+            "logits_shape": logits.dims(), "build_secs": build, "forward_secs": fwd})
+    );
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! The one error type of `wmrl-policy`.
+
+/// Everything that can go wrong building, running, saving or training a policy.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("tensor: {0}")]
+    Candle(#[from] candle_core::Error),
+    #[error("environment: {0}")]
+    Env(#[from] wmrl_env::EnvError),
+    #[error("invalid config: {0}")]
+    Config(String),
+    #[error("invalid input: {0}")]
+    Input(String),
+    /// A checkpoint that is missing, corrupt or does not match its config;
+    /// `tensor` names the offending tensor.
+    #[error("checkpoint {path}: tensor `{tensor}`: {message}")]
+    Checkpoint {
+        path: String,
+        tensor: String,
+        message: String,
+    },
+    #[error("{path}: {message}")]
+    Io { path: String, message: String },
+    #[error("json {path}: {message}")]
+    Json { path: String, message: String },
+    #[error("no training data: {0}")]
+    NoData(String),
+    #[error("training diverged: {0}")]
+    NonFinite(String),
+}
+
+/// `Result` with [`PolicyError`].
+pub type Result<T> = std::result::Result<T, PolicyError>;
+
+pub(crate) fn io_err(path: &std::path::Path, e: impl std::fmt::Display) -> PolicyError {
+    PolicyError::Io {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}
+
+pub(crate) fn json_err(path: &std::path::Path, e: impl std::fmt::Display) -> PolicyError {
+    PolicyError::Json {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    }
+}

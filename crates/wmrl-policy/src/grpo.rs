@@ -1,0 +1,244 @@
+//! The GRPO objective the trainer optimises: a per-token clipped surrogate
+//! against frozen old log-probs (asymmetric upper clip allowed, as in DAPO),
+//! a KL penalty to a frozen reference policy (the k3 estimator
+//! `exp(ref - lp) - (ref - lp) - 1`, unbiased and non-negative), and an
+//! entropy bonus. Terms are token means over the unmasked tokens. Advantages
+//! come from `wmrl-core`; this module never computes them.
+
+use candle_core::{DType, Tensor};
+use serde::{Deserialize, Serialize};
+
+use crate::{Policy, PolicyError, PreparedInputs, Result};
+
+/// Loss settings. Defaults are METHOD.md's (clip 0.2, `kl_beta = 0.04`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GrpoConfig {
+    /// Lower clip: ratios below `1 - clip_low` stop pushing (PPO/GRPO: 0.2).
+    pub clip_low: f64,
+    /// Upper clip: `1 + clip_high` (0.2 symmetric; DAPO's clip-higher uses 0.28).
+    pub clip_high: f64,
+    /// KL-to-reference weight (GRPO paper / METHOD.md: 0.04); 0 disables.
+    pub kl_beta: f64,
+    /// Entropy bonus weight; 0 disables.
+    pub entropy_coef: f64,
+    /// Temperature the rollouts were sampled at; log-probs are recomputed
+    /// under the same distribution.
+    pub temperature: f32,
+}
+
+impl Default for GrpoConfig {
+    fn default() -> Self {
+        Self {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            kl_beta: 0.04,
+            entropy_coef: 0.0,
+            temperature: 1.0,
+        }
+    }
+}
+
+/// Scalars describing one loss evaluation (token means over the mask).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct GrpoStats {
+    pub loss: f64,
+    pub policy_loss: f64,
+    /// k3 estimate of KL(policy || reference); 0 without a reference.
+    pub kl_ref: f64,
+    pub entropy: f64,
+    /// Fraction of tokens whose clipped branch was active.
+    pub clip_frac: f64,
+    /// Mean of `old_logprob - logprob` (how far the policy moved this step).
+    pub approx_kl_old: f64,
+    pub ratio_mean: f64,
+    pub n_tokens: f64,
+}
+
+/// Rollout data for the loss, already on the policy's device.
+#[derive(Debug, Clone)]
+pub struct GrpoBatch {
+    pub inputs: PreparedInputs,
+    /// `[B, T]` u32 sampled tokens.
+    pub tokens: Tensor,
+    /// `[B, T]` log-probs at sampling time (frozen).
+    pub old_logprobs: Tensor,
+    /// `[B, 1]` advantage of each sample's rollout.
+    pub advantages: Tensor,
+    /// `[B, T]` 1 for tokens that count, 0 for ignored ones (e.g. actions
+    /// after the episode ended inside a chunk).
+    pub mask: Tensor,
+    /// `[B, T]` reference log-probs, if already computed (see
+    /// [`GrpoBatch::with_reference`]).
+    pub ref_logprobs: Option<Tensor>,
+}
+
+impl GrpoBatch {
+    /// Build a batch; `mask = None` counts every token.
+    pub fn new(
+        policy: &Policy,
+        inputs: PreparedInputs,
+        tokens: &[Vec<u32>],
+        old_logprobs: &[Vec<f32>],
+        advantages: &[f32],
+        mask: Option<&[Vec<f32>]>,
+    ) -> Result<Self> {
+        let b = tokens.len();
+        let t = policy.config().tokens_per_call();
+        if inputs.batch_size() != b
+            || old_logprobs.len() != b
+            || advantages.len() != b
+            || mask.is_some_and(|m| m.len() != b)
+        {
+            return Err(PolicyError::Input(
+                "GRPO batch fields disagree in length".into(),
+            ));
+        }
+        let dev = policy.device();
+        let dt = policy.dtype();
+        let rows = |v: &[Vec<f32>], what: &str| -> Result<Tensor> {
+            if v.iter().any(|r| r.len() != t) {
+                return Err(PolicyError::Input(format!(
+                    "{what} rows must have {t} entries"
+                )));
+            }
+            let flat: Vec<f32> = v.iter().flatten().copied().collect();
+            Ok(Tensor::from_vec(flat, (b, t), dev)?.to_dtype(dt)?)
+        };
+        let old = rows(old_logprobs, "old_logprobs")?;
+        let mask = match mask {
+            Some(m) => rows(m, "mask")?,
+            None => Tensor::ones((b, t), dt, dev)?,
+        };
+        Ok(Self {
+            inputs,
+            tokens: policy.tokens_tensor(tokens)?,
+            old_logprobs: old,
+            advantages: Tensor::from_vec(advantages.to_vec(), (b, 1), dev)?.to_dtype(dt)?,
+            mask,
+            ref_logprobs: None,
+        })
+    }
+
+    /// Compute and store the reference policy's log-probs once, so inner
+    /// epochs do not recompute them.
+    pub fn with_reference(mut self, reference: &Policy, temperature: f32) -> Result<Self> {
+        let s = reference.token_stats(&self.inputs, &self.tokens, temperature)?;
+        self.ref_logprobs = Some(s.logprobs.detach());
+        Ok(self)
+    }
+
+    pub fn batch_size(&self) -> usize {
+        self.inputs.batch_size()
+    }
+
+    /// The rows named by `idx` (minibatches).
+    pub fn select(&self, idx: &[usize]) -> Result<Self> {
+        let dev = self.tokens.device();
+        let ids = Tensor::from_vec(
+            idx.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+            idx.len(),
+            dev,
+        )?;
+        Ok(Self {
+            inputs: self.inputs.select(idx)?,
+            tokens: self.tokens.index_select(&ids, 0)?,
+            old_logprobs: self.old_logprobs.index_select(&ids, 0)?,
+            advantages: self.advantages.index_select(&ids, 0)?,
+            mask: self.mask.index_select(&ids, 0)?,
+            ref_logprobs: match &self.ref_logprobs {
+                Some(r) => Some(r.index_select(&ids, 0)?),
+                None => None,
+            },
+        })
+    }
+}
+
+fn scalar(t: &Tensor) -> Result<f64> {
+    Ok(t.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+}
+
+/// The GRPO loss (to minimise) and its statistics. The reference log-probs
+/// come from `batch.ref_logprobs` if set, else from `reference` (detached);
+/// with neither, or `kl_beta = 0`, there is no KL term.
+pub fn grpo_loss(
+    policy: &Policy,
+    reference: Option<&Policy>,
+    batch: &GrpoBatch,
+    cfg: &GrpoConfig,
+) -> Result<(Tensor, GrpoStats)> {
+    let stats = policy.token_stats(&batch.inputs, &batch.tokens, cfg.temperature)?;
+    let lp = &stats.logprobs;
+    let mask = &batch.mask;
+    let n_tok = scalar(&mask.sum_all()?)?.max(1.0);
+    let mean = |x: &Tensor| -> Result<Tensor> { Ok(((x * mask)?.sum_all()? / n_tok)?) };
+
+    let log_ratio = (lp - &batch.old_logprobs)?;
+    let ratio = log_ratio.exp()?;
+    let adv = batch.advantages.broadcast_as(ratio.shape())?;
+    let s1 = (&ratio * &adv)?;
+    let s2 = (ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)? * &adv)?;
+    let surr = s1.minimum(&s2)?;
+    let policy_loss = mean(&surr)?.neg()?;
+    let mut loss = policy_loss.clone();
+
+    let ref_lp = match (&batch.ref_logprobs, reference) {
+        _ if cfg.kl_beta == 0.0 => None,
+        (Some(r), _) => Some(r.clone()),
+        (None, Some(p)) => Some(
+            p.token_stats(&batch.inputs, &batch.tokens, cfg.temperature)?
+                .logprobs
+                .detach(),
+        ),
+        (None, None) => None,
+    };
+    let mut kl_v = 0.0;
+    if let Some(r) = ref_lp {
+        let d = (r - lp)?;
+        let k3 = ((d.exp()? - &d)? - 1.0)?;
+        let kl = mean(&k3)?;
+        kl_v = scalar(&kl)?;
+        loss = (loss + (kl * cfg.kl_beta)?)?;
+    }
+    let ent = mean(&stats.entropy)?;
+    let ent_v = scalar(&ent)?;
+    if cfg.entropy_coef != 0.0 {
+        loss = (loss - (ent * cfg.entropy_coef)?)?;
+    }
+
+    let clipped = s2.lt(&s1)?.to_dtype(mask.dtype())?;
+    let out = GrpoStats {
+        loss: scalar(&loss)?,
+        policy_loss: scalar(&policy_loss)?,
+        kl_ref: kl_v,
+        entropy: ent_v,
+        clip_frac: scalar(&mean(&clipped)?)?,
+        approx_kl_old: scalar(&mean(&log_ratio.neg()?)?)?,
+        ratio_mean: scalar(&mean(&ratio)?)?,
+        n_tokens: n_tok,
+    };
+    Ok((loss, out))
+}
+
+/// Behaviour-cloning loss: mean negative log-likelihood of `tokens` over the
+/// mask, plus token accuracy of the argmax.
+pub fn nll_loss(
+    policy: &Policy,
+    inputs: &PreparedInputs,
+    tokens: &Tensor,
+    mask: &Tensor,
+) -> Result<(Tensor, f64)> {
+    let logits = policy.chunk_logits(inputs, tokens)?;
+    let logp = candle_nn::ops::log_softmax(&logits, candle_core::D::Minus1)?;
+    let lp = logp
+        .gather(&tokens.unsqueeze(2)?.contiguous()?, 2)?
+        .squeeze(2)?;
+    let n = scalar(&mask.sum_all()?)?.max(1.0);
+    let loss = ((lp * mask)?.sum_all()? / n)?.neg()?;
+    let hit = logits
+        .argmax(candle_core::D::Minus1)?
+        .eq(tokens)?
+        .to_dtype(mask.dtype())?;
+    let acc = scalar(&(hit * mask)?.sum_all()?)? / n;
+    Ok((loss, acc))
+}

@@ -1,0 +1,53 @@
+//! `wmrl-policy`: the MiniVLA-style vision-language-action policy that WMRL
+//! post-trains, written in candle.
+//!
+//! - [`PolicyConfig`] with presets `tiny` (CPU minutes), `small`, `minivla`
+//!   (Qwen2.5-0.5B language-model dimensions);
+//! - [`Policy`]: ViT over the camera frames -> projector -> decoder-only
+//!   transformer over `[vision, instruction, proprio, action]` tokens, 7
+//!   action dimensions x 256 bins, action chunks, autoregressive or parallel
+//!   decoding; seeded batched [`Policy::sample`] returning the log-prob of
+//!   every sampled token; differentiable [`Policy::token_stats`];
+//!   safetensors checkpoints ([`Policy::save`], [`Policy::load`]);
+//! - training pieces: [`nll_loss`] and [`train_sft`] (behaviour cloning),
+//!   [`grpo_loss`] (clipped surrogate + KL to reference + entropy),
+//!   [`PolicyOptimizer`] (AdamW, cosine schedule, grad-norm clipping);
+//! - [`evaluate`] through any `wmrl_env::VecEnv`.
+//!
+//! This crate computes no rewards or advantages (that is `wmrl-core`) and
+//! never talks to sockets or simulators directly.
+
+mod action;
+mod checkpoint;
+mod config;
+mod error;
+mod eval;
+mod grpo;
+mod input;
+mod model;
+mod optim;
+mod params;
+mod policy;
+mod runconfig;
+mod sft;
+
+#[cfg(test)]
+mod tests;
+
+pub use action::ActionTokenizer;
+/// The candle version this crate is built on, for callers that build tensors.
+pub use candle_core as candle;
+pub use checkpoint::{CONFIG_FILE, WEIGHTS_FILE, read_tensors};
+pub use config::{ACTION_DIM, Decoding, PolicyConfig};
+pub use error::{PolicyError, Result};
+pub use eval::{
+    EpisodeResult, EvalConfig, EvalReport, RateSummary, TaskResult, evaluate, wilson_interval,
+    write_gif,
+};
+pub use grpo::{GrpoBatch, GrpoConfig, GrpoStats, grpo_loss, nll_loss};
+pub use input::{PolicyInput, normalize_proprio, resize_frame};
+pub use model::PreparedInputs;
+pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
+pub use policy::{Policy, Sample, TokenStats};
+pub use runconfig::{RunConfig, apply_overrides};
+pub use sft::{SftConfig, SftDataset, SftReport, can_resume, train_sft};

@@ -1,0 +1,335 @@
+//! Supervised fine-tuning (behaviour cloning) on demonstration episodes:
+//! every step of every episode becomes one sample (observation at `t` ->
+//! the action chunk `t .. t + chunk`, masked past the episode's end).
+//! AdamW with warmup + cosine, a progress bar, periodic checkpoints into the
+//! run directory, and exact resume (optimizer moments, step, and per-step
+//! seeded batches).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use candle_core::Tensor;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use wmrl_env::Episode;
+
+use crate::checkpoint::{read_json, write_json};
+use crate::error::io_err;
+use crate::input::{observation_images, prepare_rows};
+use crate::{
+    ACTION_DIM, ActionTokenizer, OptimConfig, Policy, PolicyConfig, PolicyError, PolicyInput,
+    PolicyOptimizer, PreparedInputs, Result, nll_loss,
+};
+
+/// SFT settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SftConfig {
+    pub steps: usize,
+    pub batch_size: usize,
+    pub optim: OptimConfig,
+    /// Write the run directory's checkpoint every this many steps (and at the end).
+    pub checkpoint_every: usize,
+    pub log_every: usize,
+    /// Seeds batch sampling.
+    pub seed: u64,
+    /// Train on failed demonstrations too.
+    pub include_failures: bool,
+}
+
+impl Default for SftConfig {
+    fn default() -> Self {
+        Self {
+            steps: 1500,
+            batch_size: 32,
+            optim: OptimConfig {
+                lr: 1e-3,
+                warmup_steps: 100,
+                total_steps: 1500,
+                ..OptimConfig::default()
+            },
+            checkpoint_every: 250,
+            log_every: 50,
+            seed: 0,
+            include_failures: false,
+        }
+    }
+}
+
+/// Demonstration samples, frames already resized to the policy's input size.
+#[derive(Debug, Default)]
+pub struct SftDataset {
+    images: Vec<Vec<Vec<u8>>>,
+    instruction: Vec<usize>,
+    instructions: Vec<String>,
+    proprio: Vec<Vec<f32>>,
+    tokens: Vec<Vec<u32>>,
+    mask: Vec<Vec<f32>>,
+    pub n_episodes: usize,
+}
+
+impl SftDataset {
+    pub fn len(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// Add one episode's steps as samples.
+    pub fn push_episode(&mut self, cfg: &PolicyConfig, ep: &Episode) -> Result<()> {
+        let tok = ActionTokenizer::new(cfg.n_bins);
+        let ins = match self.instructions.iter().position(|s| s == &ep.instruction) {
+            Some(i) => i,
+            None => {
+                self.instructions.push(ep.instruction.clone());
+                self.instructions.len() - 1
+            }
+        };
+        let n = ep.steps.len();
+        for t in 0..n {
+            let step = &ep.steps[t];
+            let prev = ep.steps[t.saturating_sub(cfg.chunk)]
+                .frames
+                .first()
+                .cloned();
+            let input = PolicyInput {
+                instruction: String::new(),
+                frames: step.frames.clone(),
+                prev_frame: prev,
+                proprio: step.proprio.clone(),
+            };
+            self.images.push(observation_images(cfg, &input)?);
+            self.instruction.push(ins);
+            self.proprio.push(step.proprio.clone());
+            let mut toks = Vec::with_capacity(cfg.tokens_per_call());
+            let mut mask = Vec::with_capacity(cfg.tokens_per_call());
+            for k in 0..cfg.chunk {
+                let (a, m) = match ep.steps.get(t + k) {
+                    Some(s) => (s.action.as_slice(), 1.0),
+                    None => (ep.steps[n - 1].action.as_slice(), 0.0),
+                };
+                if a.len() != ACTION_DIM {
+                    return Err(PolicyError::Input(format!(
+                        "demo action has {} dims, need {ACTION_DIM}",
+                        a.len()
+                    )));
+                }
+                toks.extend(tok.encode_all(a));
+                mask.extend([m; ACTION_DIM]);
+            }
+            self.tokens.push(toks);
+            self.mask.push(mask);
+        }
+        self.n_episodes += 1;
+        Ok(())
+    }
+
+    /// Load up to `max_episodes` episodes from a `wmrl demos` directory
+    /// (successful ones only unless `include_failures`), in file order.
+    pub fn from_dir(
+        cfg: &PolicyConfig,
+        dir: &Path,
+        max_episodes: Option<usize>,
+        include_failures: bool,
+    ) -> Result<Self> {
+        let mut ds = Self::default();
+        for path in wmrl_env::list_episodes(dir)? {
+            if max_episodes.is_some_and(|m| ds.n_episodes >= m) {
+                break;
+            }
+            let ep = wmrl_env::read_episode(&path)?;
+            if ep.success || include_failures {
+                ds.push_episode(cfg, &ep)?;
+            }
+        }
+        if ds.is_empty() {
+            return Err(PolicyError::NoData(format!(
+                "no usable episodes in {}",
+                dir.display()
+            )));
+        }
+        Ok(ds)
+    }
+
+    /// Per-feature mean and std of the proprio of all samples.
+    pub fn proprio_stats(&self, dim: usize) -> (Vec<f32>, Vec<f32>) {
+        let n = self.proprio.len().max(1) as f64;
+        let mut mean = vec![0f64; dim];
+        let mut sq = vec![0f64; dim];
+        for p in &self.proprio {
+            for i in 0..dim {
+                let v = f64::from(p.get(i).copied().unwrap_or(0.0));
+                mean[i] += v / n;
+                sq[i] += v * v / n;
+            }
+        }
+        let std = mean
+            .iter()
+            .zip(&sq)
+            .map(|(m, s)| ((s - m * m).max(0.0).sqrt().max(1e-3)) as f32)
+            .collect();
+        (mean.into_iter().map(|m| m as f32).collect(), std)
+    }
+
+    /// One batch: model inputs, `[B, T]` tokens and mask.
+    pub fn batch(
+        &self,
+        policy: &Policy,
+        idx: &[usize],
+    ) -> Result<(PreparedInputs, Tensor, Tensor)> {
+        let imgs: Vec<&[Vec<u8>]> = idx.iter().map(|&i| self.images[i].as_slice()).collect();
+        let ins: Vec<&str> = idx
+            .iter()
+            .map(|&i| self.instructions[self.instruction[i]].as_str())
+            .collect();
+        let pro: Vec<&[f32]> = idx.iter().map(|&i| self.proprio[i].as_slice()).collect();
+        let inputs = prepare_rows(
+            policy.config(),
+            &imgs,
+            &ins,
+            &pro,
+            policy.device(),
+            policy.dtype(),
+        )?;
+        let toks: Vec<Vec<u32>> = idx.iter().map(|&i| self.tokens[i].clone()).collect();
+        let t = policy.config().tokens_per_call();
+        let mask: Vec<f32> = idx
+            .iter()
+            .flat_map(|&i| self.mask[i].iter().copied())
+            .collect();
+        let mask =
+            Tensor::from_vec(mask, (idx.len(), t), policy.device())?.to_dtype(policy.dtype())?;
+        Ok((inputs, policy.tokens_tensor(&toks)?, mask))
+    }
+}
+
+/// What an SFT run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SftReport {
+    pub steps: usize,
+    pub start_step: usize,
+    pub final_loss: f64,
+    pub final_token_acc: f64,
+    pub wall_secs: f64,
+    pub samples_per_sec: f64,
+    pub n_samples: usize,
+    pub n_episodes: usize,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TrainState {
+    step: usize,
+}
+
+const STATE_FILE: &str = "train_state.json";
+const OPTIM_FILE: &str = "optimizer.safetensors";
+
+/// True when `out` holds a resumable SFT run.
+pub fn can_resume(out: &Path) -> bool {
+    out.join(STATE_FILE).exists() && out.join(OPTIM_FILE).exists()
+}
+
+fn batch_indices(seed: u64, step: usize, n: usize, b: usize) -> Vec<usize> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(step as u64);
+    (0..b).map(|_| rng.random_range(0..n)).collect()
+}
+
+/// Train `policy` in place, checkpointing into `out` (`config.json`,
+/// `model.safetensors`, `optimizer.safetensors`, `train_state.json`,
+/// `sft.json`, `metrics.jsonl`). With `resume` and a resumable `out`, the
+/// policy's parameters, the optimizer and the step are restored first.
+pub fn train_sft(
+    policy: &Policy,
+    data: &SftDataset,
+    cfg: &SftConfig,
+    out: &Path,
+    resume: bool,
+    progress: bool,
+) -> Result<SftReport> {
+    std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
+    if data.is_empty() || cfg.batch_size == 0 {
+        return Err(PolicyError::NoData("empty dataset or batch size 0".into()));
+    }
+    let mut opt = PolicyOptimizer::new(policy, cfg.optim.clone())?;
+    let mut start = 0;
+    if resume && can_resume(out) {
+        policy.copy_from(&Policy::load_on(out, policy.device(), policy.dtype())?)?;
+        opt.load(&out.join(OPTIM_FILE))?;
+        start = read_json::<TrainState>(&out.join(STATE_FILE))?.step;
+        tracing::info!(step = start, "resuming SFT");
+    }
+    write_json(&out.join("sft.json"), cfg)?;
+    let metrics_path: PathBuf = out.join("metrics.jsonl");
+    let mut metrics = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&metrics_path)
+        .map_err(|e| io_err(&metrics_path, e))?;
+    let bar = if progress {
+        indicatif::ProgressBar::new(cfg.steps as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_position(start as u64);
+    let t0 = Instant::now();
+    let (mut ema_loss, mut ema_acc) = (f64::NAN, f64::NAN);
+    let save = |step: usize, opt: &PolicyOptimizer| -> Result<()> {
+        policy.save(out)?;
+        opt.save(&out.join(OPTIM_FILE))?;
+        write_json(&out.join(STATE_FILE), &TrainState { step })
+    };
+    for step in start..cfg.steps {
+        let idx = batch_indices(cfg.seed, step, data.len(), cfg.batch_size);
+        let (inputs, tokens, mask) = data.batch(policy, &idx)?;
+        let (loss, acc) = nll_loss(policy, &inputs, &tokens, &mask)?;
+        let lv = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
+        let st = opt.step(&loss)?;
+        let a = 0.05;
+        ema_loss = if ema_loss.is_nan() {
+            lv
+        } else {
+            (1.0 - a) * ema_loss + a * lv
+        };
+        ema_acc = if ema_acc.is_nan() {
+            acc
+        } else {
+            (1.0 - a) * ema_acc + a * acc
+        };
+        bar.inc(1);
+        bar.set_message(format!(
+            "loss {ema_loss:.3} acc {ema_acc:.3} lr {:.1e}",
+            st.lr
+        ));
+        if (step + 1) % cfg.log_every.max(1) == 0 || step + 1 == cfg.steps {
+            let line = serde_json::json!({"step": step + 1, "loss": lv, "loss_ema": ema_loss, "token_acc": acc,
+                "lr": st.lr, "grad_norm": st.grad_norm, "elapsed_secs": t0.elapsed().as_secs_f64()});
+            writeln!(metrics, "{line}").map_err(|e| io_err(&metrics_path, e))?;
+        }
+        if (step + 1) % cfg.checkpoint_every.max(1) == 0 && step + 1 < cfg.steps {
+            save(step + 1, &opt)?;
+        }
+    }
+    save(cfg.steps, &opt)?;
+    bar.finish();
+    let wall = t0.elapsed().as_secs_f64();
+    let done = cfg.steps.saturating_sub(start);
+    Ok(SftReport {
+        steps: cfg.steps,
+        start_step: start,
+        final_loss: ema_loss,
+        final_token_acc: ema_acc,
+        wall_secs: wall,
+        samples_per_sec: (done * cfg.batch_size) as f64 / wall.max(1e-9),
+        n_samples: data.len(),
+        n_episodes: data.n_episodes,
+    })
+}

@@ -1,0 +1,560 @@
+//! Unit tests over tiny dimensions, plus a toy environment that implements
+//! `wmrl_env::Environment` (two tasks: push a 1-D point left or right).
+
+use candle_core::{D, DType, Device, Tensor};
+use wmrl_env::{
+    Action, CameraSpec, EnvSpec, Environment, Episode, EpisodeStep, Frame, LocalVecEnv,
+    Observation, ResetRequest, StepResult, TaskSpec,
+};
+
+use crate::*;
+
+pub(crate) fn tiny_cfg(decoding: Decoding) -> PolicyConfig {
+    PolicyConfig {
+        preset: "test".into(),
+        image_size: 16,
+        patch_size: 8,
+        use_wrist: false,
+        use_prev_frame: true,
+        vision_width: 32,
+        vision_layers: 1,
+        vision_heads: 2,
+        d_model: 32,
+        n_layers: 2,
+        n_heads: 4,
+        n_kv_heads: 2,
+        mlp_hidden: 64,
+        text_len: 12,
+        text_vocab: wmrl_env::text::BYTE_VOCAB,
+        proprio_dim: 2,
+        proprio_mean: vec![],
+        proprio_std: vec![],
+        action_dim: ACTION_DIM,
+        n_bins: 256,
+        chunk: 2,
+        decoding,
+        norm_eps: 1e-6,
+        init_seed: 7,
+    }
+}
+
+fn frame(seed: u8) -> Frame {
+    let rgb = (0..20 * 20 * 3)
+        .map(|i| (i as u8).wrapping_mul(seed).wrapping_add(seed))
+        .collect();
+    Frame {
+        width: 20,
+        height: 20,
+        rgb,
+    }
+}
+
+fn inputs(n: usize) -> Vec<PolicyInput> {
+    (0..n)
+        .map(|i| PolicyInput {
+            instruction: if i % 2 == 0 {
+                "go left".into()
+            } else {
+                "go right".into()
+            },
+            frames: vec![frame(i as u8 + 1)],
+            prev_frame: None,
+            proprio: vec![i as f32 * 0.1, -0.3],
+        })
+        .collect()
+}
+
+#[test]
+fn sampled_logprob_equals_log_softmax_at_the_token() {
+    for decoding in [Decoding::Parallel, Decoding::Autoregressive] {
+        let p = Policy::new(tiny_cfg(decoding), &Device::Cpu, DType::F32).expect("policy");
+        let xs = inputs(3);
+        for temp in [0.0f32, 0.7, 1.0] {
+            let samples = p.sample(&xs, temp, 11).expect("sample");
+            let prep = p.prepare(&xs).expect("prep");
+            let toks = p
+                .tokens_tensor(&samples.iter().map(|s| s.tokens.clone()).collect::<Vec<_>>())
+                .expect("t");
+            // Independent path: raw logits -> log_softmax -> index.
+            let logits = p.chunk_logits(&prep, &toks).expect("logits");
+            let scaled = if temp > 0.0 {
+                (logits / f64::from(temp)).expect("s")
+            } else {
+                logits
+            };
+            let lsm = candle_nn::ops::log_softmax(&scaled, D::Minus1)
+                .expect("lsm")
+                .to_vec3::<f32>()
+                .expect("v");
+            for (b, s) in samples.iter().enumerate() {
+                assert_eq!(s.tokens.len(), 14);
+                assert_eq!(s.actions.len(), 2);
+                for (j, (&tok, &lp)) in s.tokens.iter().zip(&s.logprobs).enumerate() {
+                    let want = lsm[b][j][tok as usize];
+                    assert!(
+                        (want - lp).abs() < 1e-4,
+                        "{decoding:?} t={temp} b={b} j={j}: {lp} vs {want}"
+                    );
+                    assert!(lp <= 0.0);
+                }
+                assert_eq!(s.actions[1][3], p.tokenizer().decode(s.tokens[7 + 3]));
+            }
+            let stats = p
+                .token_stats(&prep, &toks, temp)
+                .expect("stats")
+                .logprobs
+                .to_vec2::<f32>()
+                .expect("v");
+            for (b, s) in samples.iter().enumerate() {
+                for (j, &lp) in s.logprobs.iter().enumerate() {
+                    assert!((stats[b][j] - lp).abs() < 1e-4);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sampling_is_deterministic_per_seed_and_row() {
+    let p = Policy::new(tiny_cfg(Decoding::Parallel), &Device::Cpu, DType::F32).expect("policy");
+    let xs = inputs(4);
+    let a = p.sample(&xs, 1.0, 5).expect("a");
+    let b = p.sample(&xs, 1.0, 5).expect("b");
+    let c = p.sample(&xs, 1.0, 6).expect("c");
+    assert_eq!(a, b);
+    assert_ne!(
+        a.iter().map(|s| &s.tokens).collect::<Vec<_>>(),
+        c.iter().map(|s| &s.tokens).collect::<Vec<_>>()
+    );
+    // Row 0 alone draws what it drew in the batch.
+    let solo = p.sample(&xs[..1], 1.0, 5).expect("solo");
+    assert_eq!(solo[0].tokens, a[0].tokens);
+    // Same init seed -> same parameters.
+    let q = Policy::new(tiny_cfg(Decoding::Parallel), &Device::Cpu, DType::F32).expect("policy");
+    assert_eq!(q.sample(&xs, 1.0, 5).expect("q"), a);
+}
+
+#[test]
+fn checkpoint_round_trip_and_corrupt_checkpoints_name_the_tensor() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let p =
+        Policy::new(tiny_cfg(Decoding::Autoregressive), &Device::Cpu, DType::F32).expect("policy");
+    p.save(dir.path()).expect("save");
+    let q = Policy::load(dir.path()).expect("load");
+    assert_eq!(q.config(), p.config());
+    let xs = inputs(2);
+    assert_eq!(
+        p.sample(&xs, 0.8, 3).expect("p"),
+        q.sample(&xs, 0.8, 3).expect("q")
+    );
+
+    // Mismatched config: a wider LM than the weights.
+    let bad = tempfile::tempdir().expect("tmp");
+    std::fs::copy(dir.path().join(WEIGHTS_FILE), bad.path().join(WEIGHTS_FILE)).expect("copy");
+    let mut cfg = p.config().clone();
+    cfg.mlp_hidden = 48;
+    std::fs::write(
+        bad.path().join(CONFIG_FILE),
+        serde_json::to_string(&cfg).expect("j"),
+    )
+    .expect("w");
+    let err = Policy::load(bad.path()).expect_err("mismatch").to_string();
+    assert!(
+        err.contains("lm.blocks.0.mlp.down.weight") || err.contains("mlp.gate.weight"),
+        "{err}"
+    );
+    assert!(err.contains("shape"), "{err}");
+
+    // Truncated weights file.
+    std::fs::copy(dir.path().join(CONFIG_FILE), bad.path().join(CONFIG_FILE)).expect("copy");
+    let bytes = std::fs::read(dir.path().join(WEIGHTS_FILE)).expect("read");
+    std::fs::write(bad.path().join(WEIGHTS_FILE), &bytes[..bytes.len() - 100]).expect("w");
+    let err = Policy::load(bad.path()).expect_err("truncated").to_string();
+    assert!(
+        err.contains("tensor `") && err.contains("truncated"),
+        "{err}"
+    );
+
+    // A tensor poisoned with NaN.
+    let mut map = read_tensors(&dir.path().join(WEIGHTS_FILE), &Device::Cpu).expect("read");
+    let shape = map["lm.head.weight"].dims().to_vec();
+    map.insert(
+        "lm.head.weight".into(),
+        Tensor::full(f32::NAN, shape, &Device::Cpu).expect("nan"),
+    );
+    candle_core::safetensors::save(&map, bad.path().join(WEIGHTS_FILE)).expect("save");
+    let err = Policy::load(bad.path()).expect_err("nan").to_string();
+    assert!(
+        err.contains("lm.head.weight") && err.contains("NaN"),
+        "{err}"
+    );
+
+    // A missing tensor.
+    map.remove("lm.head.weight");
+    candle_core::safetensors::save(&map, bad.path().join(WEIGHTS_FILE)).expect("save");
+    let err = Policy::load(bad.path()).expect_err("missing").to_string();
+    assert!(
+        err.contains("lm.head.weight") && err.contains("missing"),
+        "{err}"
+    );
+}
+
+#[test]
+fn nll_loss_decreases_on_a_fixed_batch() {
+    for decoding in [Decoding::Parallel, Decoding::Autoregressive] {
+        let p = Policy::new(tiny_cfg(decoding), &Device::Cpu, DType::F32).expect("policy");
+        let xs = inputs(4);
+        let prep = p.prepare(&xs).expect("prep");
+        let toks: Vec<Vec<u32>> = (0..4)
+            .map(|i| (0..14).map(|j| ((i * 37 + j * 11) % 256) as u32).collect())
+            .collect();
+        let toks = p.tokens_tensor(&toks).expect("t");
+        let mask = Tensor::ones((4, 14), DType::F32, &Device::Cpu).expect("m");
+        let mut opt = PolicyOptimizer::new(
+            &p,
+            OptimConfig {
+                lr: 3e-3,
+                warmup_steps: 0,
+                ..OptimConfig::default()
+            },
+        )
+        .expect("opt");
+        let (l0, _) = nll_loss(&p, &prep, &toks, &mask).expect("l0");
+        let l0 = l0.to_scalar::<f32>().expect("s");
+        for _ in 0..40 {
+            let (l, _) = nll_loss(&p, &prep, &toks, &mask).expect("l");
+            opt.step(&l).expect("step");
+        }
+        let (l1, acc) = nll_loss(&p, &prep, &toks, &mask).expect("l1");
+        let l1 = l1.to_scalar::<f32>().expect("s");
+        assert!(l0 > 5.0 && l1 < 0.5 * l0, "{decoding:?}: {l0} -> {l1}");
+        assert!(acc > 0.5, "{decoding:?}: token accuracy {acc}");
+    }
+}
+
+#[test]
+fn grpo_loss_gradient_matches_finite_differences() {
+    let mut cfg = tiny_cfg(Decoding::Autoregressive);
+    cfg.d_model = 16;
+    cfg.mlp_hidden = 24;
+    cfg.vision_width = 16;
+    let p = Policy::new(cfg.clone(), &Device::Cpu, DType::F64).expect("policy");
+    // The reference differs from the policy so the KL term has a gradient.
+    let mut rcfg = cfg.clone();
+    rcfg.init_seed = 99;
+    let reference = Policy::new(rcfg, &Device::Cpu, DType::F64).expect("ref");
+    let xs = inputs(3);
+    let samples = p.sample(&xs, 1.0, 1).expect("sample");
+    // Old log-probs perturbed so ratios spread over both clip edges.
+    let old: Vec<Vec<f32>> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            s.logprobs
+                .iter()
+                .enumerate()
+                .map(|(j, &l)| l + 0.4 * (((i * 14 + j) as f32 * 1.7).sin()))
+                .collect()
+        })
+        .collect();
+    let tokens: Vec<Vec<u32>> = samples.iter().map(|s| s.tokens.clone()).collect();
+    let mut mask = vec![vec![1.0f32; 14]; 3];
+    mask[2][10..].iter_mut().for_each(|m| *m = 0.0);
+    let batch = GrpoBatch::new(
+        &p,
+        p.prepare(&xs).expect("prep"),
+        &tokens,
+        &old,
+        &[1.0, -0.5, 0.8],
+        Some(&mask),
+    )
+    .expect("batch");
+    let gcfg = GrpoConfig {
+        clip_low: 0.2,
+        clip_high: 0.28,
+        kl_beta: 0.5,
+        entropy_coef: 0.01,
+        temperature: 1.0,
+    };
+    let (loss, stats) = grpo_loss(&p, Some(&reference), &batch, &gcfg).expect("loss");
+    assert!(
+        stats.clip_frac > 0.0 && stats.clip_frac < 1.0,
+        "clip fraction {}",
+        stats.clip_frac
+    );
+    assert!(stats.kl_ref > 0.0);
+    let grads = loss.backward().expect("backward");
+    let h = 1e-5;
+    let mut checked = 0;
+    for name in [
+        "lm.head.weight",
+        "lm.blocks.1.attn.q.weight",
+        "lm.blocks.0.mlp.gate.weight",
+        "vision.patch_embed.weight",
+        "lm.action_embed",
+        "lm.text_embed",
+    ] {
+        let var = &p.vars()[name];
+        let g = grads
+            .get(var.as_tensor())
+            .expect("grad")
+            .flatten_all()
+            .expect("f")
+            .to_vec1::<f64>()
+            .expect("v");
+        let base = var.as_tensor().copy().expect("copy");
+        let flat = base.flatten_all().expect("f").to_vec1::<f64>().expect("v");
+        // Largest-gradient entries plus a fixed one.
+        let mut order: Vec<usize> = (0..g.len()).collect();
+        order.sort_by(|&a, &b| g[b].abs().total_cmp(&g[a].abs()));
+        for &k in order.iter().take(3).chain([g.len() / 2].iter()) {
+            let eval_at = |delta: f64| -> f64 {
+                let mut v = flat.clone();
+                v[k] += delta;
+                var.set(&Tensor::from_vec(v, base.shape(), &Device::Cpu).expect("t"))
+                    .expect("set");
+                grpo_loss(&p, Some(&reference), &batch, &gcfg)
+                    .expect("l")
+                    .1
+                    .loss
+            };
+            let fd = (eval_at(h) - eval_at(-h)) / (2.0 * h);
+            var.set(&base).expect("restore");
+            let tol = 1e-6 + 1e-4 * fd.abs().max(g[k].abs());
+            assert!(
+                (fd - g[k]).abs() < tol,
+                "{name}[{k}]: analytic {} vs finite difference {fd}",
+                g[k]
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 24);
+}
+
+#[test]
+fn wilson_interval_matches_known_values() {
+    let (lo, hi) = wilson_interval(5, 10, 1.959_963_984_540_054);
+    assert!(
+        (lo - 0.2366).abs() < 1e-3 && (hi - 0.7634).abs() < 1e-3,
+        "{lo} {hi}"
+    );
+    let (lo, hi) = wilson_interval(0, 10, 1.959_963_984_540_054);
+    assert!(lo == 0.0 && (hi - 0.2775).abs() < 1e-3, "{lo} {hi}");
+    assert_eq!(wilson_interval(0, 0, 1.96), (0.0, 1.0));
+}
+
+/// Two tasks: move a point on a line to x > 0.5 (task 0, "go right") or
+/// x < -0.5 (task 1, "go left") with action[0]; the frame's colour shows x.
+#[derive(Clone)]
+pub(crate) struct LineEnv {
+    spec: EnvSpec,
+    task: usize,
+    x: f32,
+    t: usize,
+}
+
+impl LineEnv {
+    pub(crate) fn new() -> Self {
+        let task = |index, name: &str, instruction: &str| TaskSpec {
+            index,
+            name: name.into(),
+            instruction: instruction.into(),
+            n_init_states: 8,
+            max_steps: 12,
+        };
+        Self {
+            spec: EnvSpec {
+                suite: "line".into(),
+                action_dim: 7,
+                action_low: -1.0,
+                action_high: 1.0,
+                control_hz: 10.0,
+                cameras: vec![CameraSpec {
+                    name: "agentview".into(),
+                    width: 16,
+                    height: 16,
+                }],
+                proprio_dim: 2,
+                tasks: vec![task(0, "right", "go right"), task(1, "left", "go left")],
+            },
+            task: 0,
+            x: 0.0,
+            t: 0,
+        }
+    }
+
+    fn obs(&self) -> Observation {
+        let v = ((self.x + 1.0) * 120.0).clamp(0.0, 255.0) as u8;
+        Observation {
+            frames: vec![Frame {
+                width: 16,
+                height: 16,
+                rgb: vec![v; 16 * 16 * 3],
+            }],
+            proprio: vec![self.x, self.t as f32 / 12.0],
+            progress: None,
+        }
+    }
+
+    pub(crate) fn expert(&self) -> Action {
+        let dir = if self.task == 0 { 0.6 } else { -0.6 };
+        vec![dir, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0]
+    }
+}
+
+impl Environment for LineEnv {
+    fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+    fn reset(&mut self, r: ResetRequest) -> wmrl_env::Result<Observation> {
+        self.task = r.task;
+        self.x = (r.init_state as f32 - 3.5) * 0.05;
+        self.t = 0;
+        Ok(self.obs())
+    }
+    fn step(&mut self, a: &Action) -> wmrl_env::Result<StepResult> {
+        let a = self.spec.sanitize_action(a)?;
+        self.x += 0.2 * a[0];
+        self.t += 1;
+        let success = if self.task == 0 {
+            self.x > 0.5
+        } else {
+            self.x < -0.5
+        };
+        Ok(StepResult {
+            obs: self.obs(),
+            reward: f32::from(u8::from(success)),
+            success,
+            done: success,
+            truncated: !success && self.t >= 12,
+        })
+    }
+}
+
+pub(crate) fn expert_episodes(n_per_task: usize) -> Vec<Episode> {
+    let mut out = Vec::new();
+    for task in 0..2 {
+        for s in 0..n_per_task {
+            let mut env = LineEnv::new();
+            let mut obs = env
+                .reset(ResetRequest {
+                    task,
+                    init_state: s % 8,
+                    seed: 0,
+                })
+                .expect("reset");
+            let mut steps = Vec::new();
+            loop {
+                let a = env.expert();
+                let r = env.step(&a).expect("step");
+                steps.push(EpisodeStep {
+                    frames: obs.frames.clone(),
+                    proprio: obs.proprio.clone(),
+                    action: a,
+                    progress: None,
+                });
+                obs = r.obs;
+                if r.done || r.truncated {
+                    out.push(Episode {
+                        suite: "line".into(),
+                        task,
+                        init_state: s,
+                        seed: 0,
+                        instruction: env.spec.tasks[task].instruction.clone(),
+                        cameras: env.spec.cameras.clone(),
+                        success: r.success,
+                        final_progress: None,
+                        source: "expert".into(),
+                        steps,
+                    });
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
+    let cfg = tiny_cfg(Decoding::Parallel);
+    let mut data = SftDataset::default();
+    for ep in expert_episodes(4) {
+        data.push_episode(&cfg, &ep).expect("push");
+    }
+    assert_eq!(data.n_episodes, 8);
+    let (mean, std) = data.proprio_stats(2);
+    let cfg = PolicyConfig {
+        proprio_mean: mean,
+        proprio_std: std,
+        ..cfg
+    };
+    let policy = Policy::new(cfg, &Device::Cpu, DType::F32).expect("policy");
+    let out = tempfile::tempdir().expect("tmp");
+    let mut scfg = SftConfig {
+        steps: 40,
+        batch_size: 16,
+        checkpoint_every: 10,
+        ..SftConfig::default()
+    };
+    scfg.optim = OptimConfig {
+        lr: 3e-3,
+        warmup_steps: 5,
+        total_steps: 150,
+        ..OptimConfig::default()
+    };
+    let r1 = train_sft(&policy, &data, &scfg, out.path(), false, false).expect("sft");
+    assert_eq!(r1.start_step, 0);
+    assert!(can_resume(out.path()));
+    scfg.steps = 150;
+    let fresh = Policy::new(policy.config().clone(), &Device::Cpu, DType::F32).expect("policy");
+    let r2 = train_sft(&fresh, &data, &scfg, out.path(), true, false).expect("resume");
+    assert_eq!(r2.start_step, 40);
+    assert!(
+        r2.final_loss < r1.final_loss,
+        "{} -> {}",
+        r1.final_loss,
+        r2.final_loss
+    );
+
+    let trained = Policy::load(out.path()).expect("load");
+    let envs: Vec<LineEnv> = (0..3).map(|_| LineEnv::new()).collect();
+    let mut env = LocalVecEnv::new(envs).expect("env");
+    let gifs = tempfile::tempdir().expect("tmp");
+    let ecfg = EvalConfig {
+        init_states: (4..8).collect(),
+        gif_dir: Some(gifs.path().to_path_buf()),
+        n_gifs: 2,
+        ..EvalConfig::default()
+    };
+    let report = evaluate(&trained, &mut env, &ecfg).expect("eval");
+    assert_eq!(report.episodes.len(), 8);
+    assert_eq!(report.per_task.len(), 2);
+    assert_eq!(
+        report.overall.successes,
+        report.episodes.iter().filter(|e| e.success).count()
+    );
+    assert!(report.overall.rate >= 0.75, "{}", report.table());
+    assert_eq!(report.gifs.len(), 2);
+    assert!(report.gifs.iter().all(|g| g.exists()));
+
+    // An untrained policy does much worse on the same episodes.
+    let untrained =
+        Policy::new(trained.config().clone(), &Device::Cpu, DType::F32).expect("policy");
+    let base = evaluate(
+        &untrained,
+        &mut env,
+        &EvalConfig {
+            init_states: (4..8).collect(),
+            ..EvalConfig::default()
+        },
+    )
+    .expect("eval");
+    assert!(
+        base.overall.rate < report.overall.rate,
+        "untrained {} vs trained {}",
+        base.overall.rate,
+        report.overall.rate
+    );
+}

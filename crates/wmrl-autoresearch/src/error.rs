@@ -1,0 +1,39 @@
+//! The crate's one error type.
+
+use std::path::PathBuf;
+
+/// Everything the AutoResearch track can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("io error at {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bad competition {name}: {reason}")]
+    Competition { name: String, reason: String },
+    #[error("bad csv {path}: {reason}")]
+    Csv { path: PathBuf, reason: String },
+    #[error("json error at {path}: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    #[error("model: {0}")]
+    Model(#[from] candle_core::Error),
+    #[error("core: {0}")]
+    Core(#[from] wmrl_core::CoreError),
+    #[error("invalid config: {0}")]
+    Config(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.into();
+    move |source| Error::Io { path, source }
+}

@@ -1,0 +1,20 @@
+//! The AutoResearch track (shared/METHOD.md): an agent writes solutions to
+//! machine-learning competitions in MLE-Dojo's layout, a sandbox executes
+//! them and grades them against leaderboards, a world model predicts the
+//! grade without running the code, and wmrl-core's correction loop trains the
+//! agent with GRPO. The saving here is sandbox CPU time, which the ledger
+//! records.
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+pub mod competition;
+mod error;
+pub mod execute;
+pub mod grade;
+pub mod sandbox;
+pub mod table;
+
+pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite, Task};
+pub use error::{Error, Result};
+pub use grade::{Grade, Ladder, Rung, grade, leaderboard_position, position_score};
+pub use sandbox::{Exit, Isolation, Run, RunReport, Sandbox, SandboxConfig};

@@ -1,0 +1,559 @@
+//! Real execution: run one Python solution in a fresh working directory under
+//! a wall-clock limit, CPU-time / address-space / file-size / process-count
+//! rlimits, without network, with captured, size-capped output.
+//!
+//! Isolation backends, best first ([`Isolation::Auto`] picks the first that
+//! works on this machine, probed once):
+//! - `Bwrap`: bubblewrap with new network, pid, ipc and uts namespaces, the
+//!   host file system read-only, a private `/tmp`, and only the working
+//!   directory writable.
+//! - `UnshareNet`: `unshare -r -n` (util-linux): a new network namespace only;
+//!   writes outside the working directory are stopped by file permissions
+//!   alone.
+//! - `RlimitsOnly`: rlimits and the uid drop, no namespaces: the solution
+//!   can reach the network. Used only where the kernel allows neither.
+//!
+//! When the host runs as root the child drops to a per-run unprivileged uid
+//! (`uid_base + k`) before exec, so `RLIMIT_NPROC` binds (the kernel exempts
+//! root from it) and stray processes can be killed by uid afterwards. As a
+//! non-root user the process limit is not set (it would count every process
+//! the user owns) and the run says so in its `notes`.
+//!
+//! This module must never run the solution in the host's own directories or
+//! with the host's environment variables.
+
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result, io_err};
+
+/// Exit code the runner uses for a solution that does not compile.
+pub const SYNTAX_EXIT_CODE: i32 = 97;
+
+const RUNNER: &str = r#"import sys
+with open("solution.py", "rb") as f:
+    src = f.read()
+try:
+    code = compile(src, "solution.py", "exec")
+except (SyntaxError, ValueError) as e:
+    print(f"SyntaxError: {e}", file=sys.stderr)
+    sys.exit(97)
+sys.argv = ["solution.py"]
+exec(code, {"__name__": "__main__", "__file__": "solution.py"})
+"#;
+
+/// Which isolation to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    Auto,
+    Bwrap,
+    UnshareNet,
+    RlimitsOnly,
+}
+
+/// Sandbox limits. Defaults suit the shipped suite (a solution takes about a
+/// second of CPU).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxConfig {
+    /// Python interpreter (default: the repository's `.venv/bin/python`,
+    /// or `$WMRL_PYTHON`).
+    pub python: PathBuf,
+    /// Wall-clock limit; the whole process group is killed after it.
+    pub wall_secs: f64,
+    /// RLIMIT_CPU per process (SIGXCPU at the limit, SIGKILL one second later).
+    pub cpu_secs: u64,
+    /// RLIMIT_AS per process.
+    pub memory_mb: u64,
+    /// RLIMIT_NPROC (threads count too), enforced when the host is root.
+    pub max_procs: u64,
+    /// RLIMIT_FSIZE: the largest file the solution may write.
+    pub max_file_mb: u64,
+    /// Bytes of stdout and of stderr kept.
+    pub max_output_bytes: usize,
+    pub isolation: Isolation,
+    /// First uid of the per-run unprivileged uids used when the host is root.
+    pub uid_base: u32,
+    /// Where working directories are created (default: the system temp dir).
+    pub work_root: Option<PathBuf>,
+}
+
+/// The repository root as seen from this crate's sources.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `$WMRL_PYTHON`, else the repository venv, else `python3`.
+pub fn default_python() -> PathBuf {
+    if let Ok(p) = std::env::var("WMRL_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = repo_root().join(".venv/bin/python");
+    if venv.exists() {
+        venv
+    } else {
+        PathBuf::from("python3")
+    }
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            python: default_python(),
+            wall_secs: 30.0,
+            cpu_secs: 20,
+            memory_mb: 2048,
+            max_procs: 32,
+            max_file_mb: 64,
+            max_output_bytes: 64 * 1024,
+            isolation: Isolation::Auto,
+            uid_base: 61_000,
+            work_root: None,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exit {
+    Code(i32),
+    Signal(i32),
+    /// Killed at the wall-clock limit.
+    TimedOut,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub exit: Exit,
+    pub syntax_error: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub output_truncated: bool,
+    /// User + system CPU seconds of the run and its waited-for descendants.
+    pub cpu_secs: f64,
+    pub wall_secs: f64,
+    pub isolation: Isolation,
+    pub notes: Vec<String>,
+}
+
+impl RunReport {
+    /// `None` when the solution exited 0, else why it failed.
+    pub fn runtime_error(&self) -> Option<String> {
+        match &self.exit {
+            Exit::Code(0) => None,
+            Exit::Code(c) => Some(format!("exit code {c}")),
+            Exit::Signal(s) => Some(format!("killed by signal {s}")),
+            Exit::TimedOut => Some("wall-clock limit".into()),
+        }
+    }
+}
+
+/// A finished run and its working directory (deleted on drop).
+#[derive(Debug)]
+pub struct Run {
+    pub report: RunReport,
+    pub workdir: tempfile::TempDir,
+}
+
+impl Run {
+    pub fn submission_path(&self) -> PathBuf {
+        self.workdir.path().join("submission.csv")
+    }
+}
+
+/// The sandbox: a resolved backend and its limits.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    cfg: SandboxConfig,
+    backend: Isolation,
+    drop_uid: bool,
+}
+
+static NEXT_UID: AtomicU32 = AtomicU32::new(0);
+const UID_SLOTS: u32 = 1024;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn bwrap_args(workdir: &Path) -> Vec<String> {
+    let wd = workdir.display().to_string();
+    let mut a: Vec<String> = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--die-with-parent",
+        "--new-session",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    a.extend([
+        "--bind".into(),
+        wd.clone(),
+        wd.clone(),
+        "--chdir".into(),
+        wd,
+    ]);
+    a
+}
+
+/// The rlimits and uid drop applied in the child between fork and exec.
+#[derive(Clone, Copy)]
+struct ChildSetup {
+    limits: [(libc::__rlimit_resource_t, libc::rlim_t, libc::rlim_t); 5],
+    nproc: Option<libc::rlim_t>,
+    uid: Option<u32>,
+}
+
+fn apply_child_setup(cmd: &mut Command, setup: ChildSetup) {
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // async-signal-safe functions (setsid, setrlimit, setgroups, setgid,
+    // setuid); it allocates nothing and touches no locks.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for (res, soft, hard) in setup.limits {
+                let r = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(res, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(n) = setup.nproc {
+                let r = libc::rlimit {
+                    rlim_cur: n,
+                    rlim_max: n,
+                };
+                if libc::setrlimit(libc::RLIMIT_NPROC, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(uid) = setup.uid
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Kill every process of `uid` (they are all this run's: uids are per run).
+fn kill_uid(uid: u32) {
+    let mut cmd = Command::new("/bin/true");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: async-signal-safe calls only, in the forked child before exec;
+    // kill(-1) from a process running as `uid` reaches exactly that uid's
+    // processes (and never the caller itself).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::kill(-1, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let _ = cmd.status();
+}
+
+fn read_capped(path: &Path, cap: usize) -> (String, bool) {
+    let mut buf = Vec::new();
+    let truncated = match File::open(path) {
+        Ok(f) => {
+            let _ = f.take(cap as u64 + 1).read_to_end(&mut buf);
+            buf.len() > cap
+        }
+        Err(_) => false,
+    };
+    buf.truncate(cap);
+    (String::from_utf8_lossy(&buf).into_owned(), truncated)
+}
+
+fn copy_dir(src: &Path, dst: &Path) -> Result<()> {
+    std::fs::create_dir_all(dst).map_err(io_err(dst))?;
+    for entry in std::fs::read_dir(src).map_err(io_err(src))? {
+        let entry = entry.map_err(io_err(src))?;
+        let to = dst.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &to)?;
+        } else {
+            std::fs::copy(entry.path(), &to).map_err(io_err(&to))?;
+        }
+    }
+    Ok(())
+}
+
+/// Wait for `pid` with a deadline; returns (exit, cpu seconds).
+fn wait_with_deadline(pid: libc::pid_t, deadline: Instant) -> (Exit, f64) {
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data; zeroed is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let mut timed_out = false;
+    loop {
+        // SAFETY: pid is our own child, status and ru are valid pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
+        if r == pid {
+            break;
+        }
+        if r < 0 {
+            return (Exit::Signal(0), 0.0);
+        }
+        if Instant::now() >= deadline && !timed_out {
+            timed_out = true;
+            // SAFETY: pid leads its own process group (setsid in the child).
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    let cpu = tv(ru.ru_utime) + tv(ru.ru_stime);
+    let exit = if timed_out {
+        Exit::TimedOut
+    } else if libc::WIFEXITED(status) {
+        Exit::Code(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        Exit::Signal(libc::WTERMSIG(status))
+    } else {
+        Exit::Signal(0)
+    };
+    (exit, cpu)
+}
+
+impl Sandbox {
+    /// Resolve the backend (probing the machine once per process for `Auto`).
+    pub fn new(cfg: SandboxConfig) -> Result<Self> {
+        if cfg.wall_secs <= 0.0 || cfg.cpu_secs == 0 || cfg.memory_mb == 0 {
+            return Err(Error::Config("sandbox limits must be positive".into()));
+        }
+        let drop_uid = is_root();
+        let backend = match cfg.isolation {
+            Isolation::Auto => {
+                static PROBED: OnceLock<Isolation> = OnceLock::new();
+                *PROBED.get_or_init(|| probe(drop_uid, cfg.uid_base))
+            }
+            other => other,
+        };
+        Ok(Self {
+            cfg,
+            backend,
+            drop_uid,
+        })
+    }
+
+    pub fn backend(&self) -> Isolation {
+        self.backend
+    }
+    pub fn config(&self) -> &SandboxConfig {
+        &self.cfg
+    }
+
+    /// Run `code` as `solution.py` in a fresh working directory holding a
+    /// copy of `public_dir` at `./public/`. The solution writes
+    /// `./submission.csv`.
+    pub fn run(&self, code: &str, public_dir: &Path) -> Result<Run> {
+        let root = self
+            .cfg
+            .work_root
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&root).map_err(io_err(&root))?;
+        let workdir = tempfile::Builder::new()
+            .prefix("wmrl-sbx-")
+            .tempdir_in(&root)
+            .map_err(io_err(&root))?;
+        let wd = workdir.path().to_path_buf();
+        let logs = tempfile::Builder::new()
+            .prefix("wmrl-sbx-log-")
+            .tempdir_in(&root)
+            .map_err(io_err(&root))?;
+        copy_dir(public_dir, &wd.join("public"))?;
+        std::fs::write(wd.join("solution.py"), code).map_err(io_err(&wd))?;
+        std::fs::write(wd.join("_wmrl_runner.py"), RUNNER).map_err(io_err(&wd))?;
+        let uid = self
+            .drop_uid
+            .then(|| self.cfg.uid_base + NEXT_UID.fetch_add(1, Ordering::Relaxed) % UID_SLOTS);
+        if let Some(uid) = uid {
+            std::os::unix::fs::chown(&wd, Some(uid), Some(uid)).map_err(io_err(&wd))?;
+        }
+        let out_path = logs.path().join("stdout");
+        let err_path = logs.path().join("stderr");
+        let stdout = File::create(&out_path).map_err(io_err(&out_path))?;
+        let stderr = File::create(&err_path).map_err(io_err(&err_path))?;
+
+        let python = self.cfg.python.display().to_string();
+        let py_args = ["-B".to_string(), "-u".into(), "_wmrl_runner.py".into()];
+        let mut cmd = match self.backend {
+            Isolation::Bwrap => {
+                let mut c = Command::new("bwrap");
+                c.args(bwrap_args(&wd)).arg(&python).args(&py_args);
+                c
+            }
+            Isolation::UnshareNet => {
+                let mut c = Command::new("unshare");
+                c.args(["-r", "-n", "--"]).arg(&python).args(&py_args);
+                c
+            }
+            Isolation::RlimitsOnly | Isolation::Auto => {
+                let mut c = Command::new(&python);
+                c.args(&py_args);
+                c
+            }
+        };
+        cmd.current_dir(&wd)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &wd)
+            .env("TMPDIR", &wd)
+            .env("OMP_NUM_THREADS", "1")
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .env("MKL_NUM_THREADS", "1")
+            .env("PYTHONHASHSEED", "0")
+            .env("MPLBACKEND", "Agg")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr));
+        let mb = |m: u64| (m * 1024 * 1024) as libc::rlim_t;
+        let mut notes = Vec::new();
+        let setup = ChildSetup {
+            limits: [
+                (
+                    libc::RLIMIT_CPU,
+                    self.cfg.cpu_secs as _,
+                    (self.cfg.cpu_secs + 1) as _,
+                ),
+                (
+                    libc::RLIMIT_AS,
+                    mb(self.cfg.memory_mb),
+                    mb(self.cfg.memory_mb),
+                ),
+                (
+                    libc::RLIMIT_FSIZE,
+                    mb(self.cfg.max_file_mb),
+                    mb(self.cfg.max_file_mb),
+                ),
+                (libc::RLIMIT_CORE, 0, 0),
+                (libc::RLIMIT_NOFILE, 256, 256),
+            ],
+            nproc: uid.map(|_| self.cfg.max_procs as _),
+            uid,
+        };
+        if uid.is_none() {
+            notes.push("not root: no per-run uid, RLIMIT_NPROC not set".to_string());
+        }
+        if self.backend == Isolation::RlimitsOnly {
+            notes.push("no namespaces on this machine: network not isolated".to_string());
+        }
+        apply_child_setup(&mut cmd, setup);
+        let start = Instant::now();
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::Sandbox(format!("spawn {:?}: {e}", cmd.get_program())))?;
+        let pid = child.id() as libc::pid_t;
+        let deadline = start + Duration::from_secs_f64(self.cfg.wall_secs);
+        let (mut exit, cpu_secs) = wait_with_deadline(pid, deadline);
+        // bwrap reports a signalled child as exit code 128 + signal.
+        if let (Isolation::Bwrap, Exit::Code(c)) = (self.backend, &exit)
+            && *c > 128
+            && *c < 128 + 65
+        {
+            exit = Exit::Signal(c - 128);
+        }
+        let wall_secs = start.elapsed().as_secs_f64();
+        // Anything left behind (a detached grandchild, a fork bomb) dies here.
+        // SAFETY: the group id was our child's pid; signalling a dead group is harmless.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        if let Some(uid) = uid {
+            kill_uid(uid);
+        }
+        let (stdout, t1) = read_capped(&out_path, self.cfg.max_output_bytes);
+        let (stderr, t2) = read_capped(&err_path, self.cfg.max_output_bytes);
+        let syntax_error = exit == Exit::Code(SYNTAX_EXIT_CODE);
+        Ok(Run {
+            report: RunReport {
+                exit,
+                syntax_error,
+                stdout,
+                stderr,
+                output_truncated: t1 || t2,
+                cpu_secs,
+                wall_secs,
+                isolation: self.backend,
+                notes,
+            },
+            workdir,
+        })
+    }
+}
+
+/// Try the backends in order with the same uid drop a run would use.
+fn probe(drop_uid: bool, uid_base: u32) -> Isolation {
+    let try_cmd = |mut cmd: Command| -> bool {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        apply_child_setup(
+            &mut cmd,
+            ChildSetup {
+                limits: [(libc::RLIMIT_CORE, 0, 0); 5],
+                nproc: None,
+                uid: drop_uid.then_some(uid_base + UID_SLOTS),
+            },
+        );
+        cmd.status().map(|s| s.success()).unwrap_or(false)
+    };
+    let tmp = std::env::temp_dir();
+    let mut bw = Command::new("bwrap");
+    bw.args(bwrap_args(&tmp)).arg("/bin/true");
+    if try_cmd(bw) {
+        return Isolation::Bwrap;
+    }
+    let mut un = Command::new("unshare");
+    un.args(["-r", "-n", "--", "/bin/true"]);
+    if try_cmd(un) {
+        return Isolation::UnshareNet;
+    }
+    tracing::warn!("sandbox: neither bwrap nor unshare -n works here; network is not isolated");
+    Isolation::RlimitsOnly
+}

@@ -19,7 +19,8 @@ pub use episode::{Episode, EpisodeStep, list_episodes, read_episode, write_episo
 pub use error::{EnvError, Result};
 pub use local::{Environment, LocalVecEnv};
 pub use types::{
-    Action, CameraSpec, EnvSpec, Frame, Observation, ResetRequest, StepResult, TaskSpec,
+    Action, CameraSpec, EnvSpec, Frame, Observation, ResetRequest, SlotRestart, StepResult,
+    TaskSpec,
 };
 
 /// A batch of environments stepped together.
@@ -40,5 +41,14 @@ pub trait VecEnv: Send {
     /// Release resources (worker connections, simulator processes).
     fn close(&mut self) -> Result<()> {
         Ok(())
+    }
+    /// Slots whose episode the environment had to restart from its reset
+    /// since the last call (e.g. their remote worker died mid-episode), in
+    /// the order they happened; draining. For such a slot, the `StepResult`
+    /// returned by that `step` is the first observation of the restarted
+    /// episode (reward 0, no flags): drop the trajectory collected so far.
+    /// In-process environments never restart episodes.
+    fn take_restarts(&mut self) -> Vec<SlotRestart> {
+        Vec::new()
     }
 }

@@ -90,6 +90,19 @@ pub struct ResetRequest {
     pub seed: u64,
 }
 
+/// A slot whose episode was restarted from its reset request by the
+/// environment itself (see [`crate::VecEnv::take_restarts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRestart {
+    pub slot: usize,
+    /// The reset the episode was restarted from (the caller's own request).
+    pub request: ResetRequest,
+    /// Steps of the abandoned attempt that the caller had already received.
+    pub steps_lost: u64,
+    /// Why, e.g. `worker tcp://10.0.0.2:5555 down: timeout after 30000 ms`.
+    pub reason: String,
+}
+
 /// An RGB image, row-major, 3 bytes a pixel, top row first.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Frame {

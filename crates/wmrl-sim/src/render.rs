@@ -1,0 +1,212 @@
+//! The two cameras of the tabletop scene: `agentview` (a fixed camera behind
+//! and above the robot, looking over the table) and `wrist` (on the gripper,
+//! looking down past the fingers), drawn with the software rasteriser.
+
+use rapier3d::math::{Rot3, Vec3};
+
+use crate::catalog::{Part, Shape, v3};
+use crate::raster::{Camera, Mesh, Raster};
+use crate::world::{FINGER_ABOVE, FINGER_BELOW, World};
+
+const TABLE: [u8; 3] = [112, 122, 138];
+const TABLE_EDGE: [u8; 3] = [80, 88, 100];
+const ARM: [u8; 3] = [228, 228, 234];
+const HAND: [u8; 3] = [60, 60, 66];
+const SKY_TOP: [u8; 3] = [150, 160, 175];
+const SKY_BOTTOM: [u8; 3] = [70, 72, 80];
+/// Top of the drawn forearm above the grasp point (m).
+const FOREARM_TOP: f32 = 0.16;
+
+#[derive(Debug, Clone, Copy)]
+enum Owner {
+    Fixed,
+    Body(usize),
+    Part(usize),
+}
+
+#[derive(Debug, Clone)]
+struct Item {
+    owner: Owner,
+    offset: Vec3,
+    mesh: usize,
+    color: [u8; 3],
+    top: [u8; 3],
+    glow: Option<[u8; 3]>,
+}
+
+/// Meshes and draw items of one scene, plus the image buffers.
+#[derive(Debug, Clone)]
+pub struct Renderer {
+    size: usize,
+    meshes: Vec<Mesh>,
+    items: Vec<Item>,
+    unit_box: usize,
+    finger_mesh: usize,
+    palm_mesh: usize,
+    agent: Raster,
+    wrist: Raster,
+    agent_cam: Camera,
+}
+
+fn mesh_of(shape: Shape) -> Mesh {
+    match shape {
+        Shape::Box { half } => Mesh::cuboid(half),
+        Shape::Cyl { r, hh } => Mesh::cylinder(r, hh, if r > 0.04 { 14 } else { 10 }),
+    }
+}
+
+impl Renderer {
+    /// Build the draw list of `world`'s scene for square images of `size`.
+    pub fn new(world: &World, size: usize) -> Self {
+        let mut meshes = vec![Mesh::cuboid([0.5, 0.4, 0.025])];
+        let mut items = vec![Item {
+            owner: Owner::Fixed,
+            offset: Vec3::new(0.0, 0.0, -0.025),
+            mesh: 0,
+            color: TABLE_EDGE,
+            top: TABLE,
+            glow: None,
+        }];
+        let mut add = |owner: Owner, p: &Part, glow: bool| {
+            meshes.push(mesh_of(p.shape));
+            items.push(Item {
+                owner,
+                offset: v3(p.offset),
+                mesh: meshes.len() - 1,
+                color: p.color,
+                top: p.top.unwrap_or(p.color),
+                glow: if glow { p.glow } else { None },
+            });
+        };
+        for (i, o) in world.objects.iter().enumerate() {
+            for p in &o.kind.parts {
+                add(Owner::Body(i), p, true);
+            }
+            if let Some(a) = &o.kind.articulation {
+                for p in &a.parts {
+                    add(Owner::Part(i), p, false);
+                }
+            }
+        }
+        meshes.push(Mesh::cuboid([0.5, 0.5, 0.5]));
+        let unit_box = meshes.len() - 1;
+        meshes.push(Mesh::cuboid([
+            0.006,
+            0.012,
+            0.5 * (FINGER_ABOVE + FINGER_BELOW),
+        ]));
+        let finger_mesh = meshes.len() - 1;
+        meshes.push(Mesh::cuboid([0.045, 0.022, 0.012]));
+        let palm_mesh = meshes.len() - 1;
+        let agent_cam = Camera::look_at(
+            Vec3::new(0.0, -0.5, 0.55),
+            Vec3::new(0.0, 0.04, 0.0),
+            Vec3::Z,
+            50f32.to_radians(),
+            size as u32,
+        );
+        Self {
+            size,
+            meshes,
+            items,
+            unit_box,
+            finger_mesh,
+            palm_mesh,
+            agent: Raster::new(size, size),
+            wrist: Raster::new(size, size),
+            agent_cam,
+        }
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Render both cameras; returns (agentview, wrist) RGB buffers.
+    pub fn render(&mut self, world: &World, switched_on: &[bool]) -> (&[u8], &[u8]) {
+        let g = &world.gripper;
+        let gp = g.pose();
+        let eye = gp.transform_point(Vec3::new(0.0, -0.07, 0.08));
+        let dir = gp.rotation * Vec3::new(0.0, 0.32, -1.0);
+        let wrist_cam = Camera::looking(
+            eye,
+            dir,
+            gp.rotation * Vec3::Y,
+            80f32.to_radians(),
+            self.size as u32,
+        );
+        let mut agent = std::mem::replace(&mut self.agent, Raster::new(0, 0));
+        let mut wrist = std::mem::replace(&mut self.wrist, Raster::new(0, 0));
+        agent.clear(SKY_TOP, SKY_BOTTOM);
+        wrist.clear(SKY_TOP, SKY_BOTTOM);
+        let agent_cam = self.agent_cam;
+        for it in &self.items {
+            let (rot, trans) = match it.owner {
+                Owner::Fixed => (Rot3::IDENTITY, it.offset),
+                Owner::Body(i) => {
+                    let p = world.pose(i);
+                    (p.rotation, p.transform_point(it.offset))
+                }
+                Owner::Part(i) => match world.part_pose(i) {
+                    Some(p) => (p.rotation, p.transform_point(it.offset)),
+                    None => continue,
+                },
+            };
+            let on = match it.owner {
+                Owner::Body(i) => switched_on.get(i).copied().unwrap_or(false),
+                _ => false,
+            };
+            let (c, t) = match (it.glow, on) {
+                (Some(gc), true) => (gc, gc),
+                _ => (it.color, it.top),
+            };
+            let m = &self.meshes[it.mesh];
+            agent.draw(&agent_cam, m, rot, trans, c, t);
+            wrist.draw(&wrist_cam, m, rot, trans, c, t);
+        }
+        // The hand: palm and fingers on both cameras, the arm on agentview.
+        let ap = g.aperture();
+        let palm = gp.transform_point(Vec3::new(0.0, 0.0, FINGER_ABOVE + 0.012));
+        let pm = &self.meshes[self.palm_mesh];
+        agent.draw(&agent_cam, pm, gp.rotation, palm, HAND, HAND);
+        wrist.draw(&wrist_cam, pm, gp.rotation, palm, HAND, HAND);
+        for s in [-1.0f32, 1.0] {
+            let f = gp.transform_point(Vec3::new(
+                s * (0.5 * ap + 0.006),
+                0.0,
+                0.5 * (FINGER_ABOVE - FINGER_BELOW),
+            ));
+            let fm = &self.meshes[self.finger_mesh];
+            agent.draw(&agent_cam, fm, gp.rotation, f, HAND, HAND);
+            wrist.draw(&wrist_cam, fm, gp.rotation, f, HAND, HAND);
+        }
+        // A short forearm above the hand; the rest of the arm is left out so
+        // it never hides the table from the agent view.
+        let wrist_top = gp.transform_point(Vec3::new(0.0, 0.0, FINGER_ABOVE + 0.024));
+        let elbow = gp.transform_point(Vec3::new(0.0, 0.0, FOREARM_TOP));
+        let (rot, mid, len) = segment(wrist_top, elbow);
+        let fore = scale_box(&self.meshes[self.unit_box], Vec3::new(0.03, 0.03, len));
+        agent.draw(&agent_cam, &fore, rot, mid, ARM, ARM);
+        self.agent = agent;
+        self.wrist = wrist;
+        (&self.agent.rgb, &self.wrist.rgb)
+    }
+}
+
+/// Rotation taking z to the segment a->b, its midpoint and length.
+fn segment(a: Vec3, b: Vec3) -> (Rot3, Vec3, f32) {
+    let d = b - a;
+    let len = d.length().max(1e-6);
+    (
+        Rot3::from_rotation_arc(Vec3::Z, d / len),
+        (a + b) * 0.5,
+        len,
+    )
+}
+
+fn scale_box(unit: &Mesh, s: Vec3) -> Mesh {
+    Mesh {
+        verts: unit.verts.iter().map(|v| *v * s).collect(),
+        tris: unit.tris.clone(),
+    }
+}

@@ -50,6 +50,11 @@ pub struct PolicyConfig {
     pub mlp_hidden: usize,
     /// Instruction length in byte tokens (`wmrl_env::text::byte_tokens`).
     pub text_len: usize,
+    /// Byte tokens merged into one sequence token (concatenated embeddings
+    /// of width `d_model / text_patch`, then a projection), like image
+    /// patches; 1 keeps one token per byte.
+    #[serde(default = "one")]
+    pub text_patch: usize,
     /// Text vocabulary (257 for the byte tokenizer).
     pub text_vocab: usize,
     /// Proprio features; 0 drops the proprio token.
@@ -72,6 +77,10 @@ pub struct PolicyConfig {
     pub init_seed: u64,
 }
 
+fn one() -> usize {
+    1
+}
+
 impl PolicyConfig {
     /// Trains in CPU minutes: 64x64 agent view, 16x16 patches, width 128.
     pub fn tiny() -> Self {
@@ -90,6 +99,7 @@ impl PolicyConfig {
             n_kv_heads: 4,
             mlp_hidden: 384,
             text_len: 64,
+            text_patch: 4,
             text_vocab: wmrl_env::text::BYTE_VOCAB,
             proprio_dim: 8,
             proprio_mean: Vec::new(),
@@ -141,6 +151,7 @@ impl PolicyConfig {
             n_kv_heads: 2,
             mlp_hidden: 4864,
             decoding: Decoding::Autoregressive,
+            text_patch: 1,
             ..Self::tiny()
         }
     }
@@ -172,16 +183,25 @@ impl PolicyConfig {
         n * n
     }
 
+    /// Sequence positions the action chunk takes: one per token when
+    /// autoregressive; one per step (a head emits its 7 tokens) when parallel.
+    pub fn action_positions(&self) -> usize {
+        match self.decoding {
+            Decoding::Autoregressive => self.tokens_per_call(),
+            Decoding::Parallel => self.chunk,
+        }
+    }
+
     /// Length of the observation prefix: vision, text, proprio tokens.
     pub fn prefix_len(&self) -> usize {
         self.n_images() * self.patches_per_image()
-            + self.text_len
+            + self.text_len / self.text_patch.max(1)
             + usize::from(self.proprio_dim > 0)
     }
 
     /// Full sequence length of one call.
     pub fn seq_len(&self) -> usize {
-        self.prefix_len() + self.tokens_per_call()
+        self.prefix_len() + self.action_positions()
     }
 
     pub fn validate(&self) -> Result<()> {
@@ -206,6 +226,12 @@ impl PolicyConfig {
         }
         if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad("n_kv_heads must divide n_heads".into());
+        }
+        if self.text_patch == 0
+            || !self.text_len.is_multiple_of(self.text_patch)
+            || !self.d_model.is_multiple_of(self.text_patch)
+        {
+            return bad("text_patch must divide text_len and d_model".into());
         }
         if self.chunk == 0 || self.n_bins < 2 || self.text_len == 0 {
             return bad("chunk, text_len must be >= 1 and n_bins >= 2".into());
@@ -243,6 +269,6 @@ mod tests {
         let mut c = PolicyConfig::tiny();
         c.patch_size = 7;
         assert!(c.validate().is_err());
-        assert_eq!(PolicyConfig::tiny().seq_len(), 16 + 64 + 1 + 56);
+        assert_eq!(PolicyConfig::tiny().seq_len(), 16 + 16 + 1 + 8);
     }
 }

@@ -234,6 +234,7 @@ pub(crate) struct Network {
     proj1: Linear,
     proj2: Linear,
     text_embed: Tensor,
+    text_proj: Option<Linear>,
     proprio_embed: Option<Linear>,
     action_embed: Tensor,
     action_query: Tensor,
@@ -276,6 +277,11 @@ impl Network {
                 cfg.norm_eps,
             )?);
         }
+        // Parallel decoding: one position per step emits all 7 dimensions.
+        let head_out = match cfg.decoding {
+            Decoding::Parallel => cfg.action_dim * cfg.n_bins,
+            Decoding::Autoregressive => cfg.n_bins,
+        };
         Ok(Self {
             cfg: cfg.clone(),
             patch_embed: Linear::new(p, "vision.patch_embed", patch_dim, vw, true, INIT_STD)?,
@@ -285,7 +291,16 @@ impl Network {
             vision_norm: p.constant("vision.norm.weight", &[vw], 1.0)?,
             proj1: Linear::new(p, "projector.fc1", vw, d, true, INIT_STD)?,
             proj2: Linear::new(p, "projector.fc2", d, d, true, INIT_STD)?,
-            text_embed: p.normal("lm.text_embed", &[cfg.text_vocab, d], INIT_STD)?,
+            text_embed: p.normal(
+                "lm.text_embed",
+                &[cfg.text_vocab, d / cfg.text_patch],
+                INIT_STD,
+            )?,
+            text_proj: if cfg.text_patch > 1 {
+                Some(Linear::new(p, "lm.text_proj", d, d, true, INIT_STD)?)
+            } else {
+                None
+            },
             proprio_embed: if cfg.proprio_dim > 0 {
                 Some(Linear::new(
                     p,
@@ -299,11 +314,11 @@ impl Network {
                 None
             },
             action_embed: p.normal("lm.action_embed", &[cfg.n_bins + 1, d], INIT_STD)?,
-            action_query: p.normal("lm.action_query", &[cfg.tokens_per_call(), d], INIT_STD)?,
+            action_query: p.normal("lm.action_query", &[cfg.chunk, d], INIT_STD)?,
             pos: p.normal("lm.pos", &[cfg.seq_len(), d], INIT_STD)?,
             blocks,
             final_norm: p.constant("lm.final_norm.weight", &[d], 1.0)?,
-            head: Linear::new(p, "lm.head", d, cfg.n_bins, false, INIT_STD)?,
+            head: Linear::new(p, "lm.head", d, head_out, false, INIT_STD)?,
             dtype,
         })
     }
@@ -333,7 +348,11 @@ impl Network {
         let t = self
             .text_embed
             .index_select(&x.text.flatten_all()?, 0)?
-            .reshape((b, l, cfg.d_model))?;
+            .reshape((b, l / cfg.text_patch, cfg.d_model))?;
+        let t = match &self.text_proj {
+            Some(proj) => proj.forward(&t)?,
+            None => t,
+        };
         let mut parts = vec![v, t];
         if let (Some(e), Some(p)) = (&self.proprio_embed, &x.proprio) {
             parts.push(e.forward(p)?.unsqueeze(1)?);
@@ -370,7 +389,7 @@ impl Network {
             Decoding::Parallel => self
                 .action_query
                 .unsqueeze(0)?
-                .broadcast_as((b, cfg.tokens_per_call(), d))?
+                .broadcast_as((b, cfg.chunk, d))?
                 .contiguous()?,
             Decoding::Autoregressive => {
                 let bos = Tensor::full(cfg.n_bins as u32, (b, 1), prefix.device())?;
@@ -394,6 +413,10 @@ impl Network {
         }
         let h = h.narrow(1, p_len, n_act)?;
         let h = rms_norm(&h, &self.final_norm, cfg.norm_eps)?;
-        self.head.forward(&h)
+        let logits = self.head.forward(&h)?;
+        match cfg.decoding {
+            Decoding::Parallel => Ok(logits.reshape((b, n_act * cfg.action_dim, cfg.n_bins))?),
+            Decoding::Autoregressive => Ok(logits),
+        }
     }
 }

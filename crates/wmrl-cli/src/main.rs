@@ -24,6 +24,14 @@ enum Command {
     /// Success of a policy checkpoint per task with 95% Wilson intervals,
     /// JSON results and rollout GIFs.
     Eval(cmd::eval::Args),
+    /// The progress world model: train, export to ONNX, report quality, bench.
+    Wm(cmd::wm::Args),
+    /// Post-train a policy with GRPO under one reward arm (`--resume RUN`
+    /// continues an interrupted run to the same result).
+    Train(cmd::train::Args),
+    /// Every arm over several seeds, then report.md with intervals, the label
+    /// and compute ledger, and plots.
+    Bench(cmd::bench::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -39,5 +47,8 @@ fn main() -> anyhow::Result<()> {
         Command::Episodes(args) => cmd::episodes::run(args),
         Command::Sft(args) => cmd::sft::run(args),
         Command::Eval(args) => cmd::eval::run(args),
+        Command::Wm(args) => cmd::wm::run(args),
+        Command::Train(args) => cmd::train::run(args),
+        Command::Bench(args) => cmd::bench::run(args),
     }
 }

@@ -1,5 +1,8 @@
 //! One module per subcommand: `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
+pub mod bench;
 pub mod episodes;
 pub mod eval;
 pub mod sft;
+pub mod train;
+pub mod wm;

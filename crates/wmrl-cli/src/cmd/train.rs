@@ -1,0 +1,138 @@
+use std::path::PathBuf;
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use wmrl_core::Arm;
+use wmrl_train::{RunSummary, TrainConfig, Trainer};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Run config (TOML); unknown keys are an error.
+    #[arg(long, required_unless_present = "resume")]
+    pub config: Option<PathBuf>,
+    /// Reward arm: sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl.
+    #[arg(long)]
+    pub arm: Option<String>,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Run directory to create.
+    #[arg(long, required_unless_present = "resume")]
+    pub out: Option<PathBuf>,
+    /// Continue the run in this directory from its last checkpoint.
+    #[arg(long, conflicts_with_all = ["config", "out"])]
+    pub resume: Option<PathBuf>,
+    /// Override the number of training steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Override the anchor fraction (1.0 is the free-label regime).
+    #[arg(long)]
+    pub anchor_fraction: Option<f64>,
+    /// Override the SFT checkpoint to start from.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Override the world model file.
+    #[arg(long)]
+    pub world_model: Option<PathBuf>,
+    /// No progress bar (for benches running many runs).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// Build the config a fresh run would use, with the CLI's overrides applied.
+pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
+    let path = args.config.as_ref().context("--config is required")?;
+    let mut cfg = TrainConfig::load(path)?;
+    if let Some(a) = &args.arm {
+        cfg.arm = Arm::from_name(a).with_context(|| {
+            format!(
+                "unknown arm `{a}` (sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl)"
+            )
+        })?;
+    }
+    if let Some(s) = args.seed {
+        cfg.seed = s;
+    }
+    if let Some(s) = args.steps {
+        cfg.steps = s;
+    }
+    if let Some(f) = args.anchor_fraction {
+        cfg.wmrl.anchors.fraction = f;
+    }
+    if let Some(p) = &args.policy {
+        cfg.policy = p.clone();
+    }
+    if let Some(p) = &args.world_model {
+        cfg.world_model.path = p.clone();
+    }
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Train (or resume) and return the summary.
+pub fn train(args: &Args) -> anyhow::Result<RunSummary> {
+    let mut trainer = match &args.resume {
+        Some(dir) => {
+            anyhow::ensure!(
+                args.steps.is_none() && args.arm.is_none() && args.seed.is_none(),
+                "a resumed run keeps its own config.toml: drop --steps/--arm/--seed"
+            );
+            Trainer::resume(dir)?
+        }
+        None => {
+            let cfg = resolve(args)?;
+            let out = args.out.as_ref().context("--out is required")?;
+            Trainer::create(cfg, out)?
+        }
+    };
+    let total = trainer.config().steps as u64;
+    let bar = if args.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} steps {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(format!("train {}", trainer.config().arm.name()));
+    bar.set_position(trainer.steps_done() as u64);
+    let summary = trainer.run(|m| {
+        bar.set_position(m.step as u64 + 1);
+        bar.set_message(format!(
+            "batch success {:.0}%  w {:.2}  labels {}",
+            100.0 * m.batch_success,
+            m.anchor_weight,
+            m.labels_cumulative
+        ));
+        if args.quiet {
+            tracing::info!(
+                step = m.step,
+                batch_success = m.batch_success,
+                weight = m.anchor_weight,
+                labels = m.labels_cumulative,
+                "step"
+            );
+        }
+    })?;
+    bar.finish();
+    Ok(summary)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let s = train(&args)?;
+    println!(
+        "arm {} seed {}: held-out success {:.1}% [{:.1}, {:.1}] over {} episodes{}; labels used {}",
+        s.arm,
+        s.seed,
+        100.0 * s.heldout.rate,
+        100.0 * s.heldout.ci_low,
+        100.0 * s.heldout.ci_high,
+        s.heldout.episodes,
+        s.in_domain
+            .as_ref()
+            .map(|d| format!("; in-domain {:.1}%", 100.0 * d.rate))
+            .unwrap_or_default(),
+        s.ledger.labels
+    );
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! The WMRL trainer: joins the simulator (in-process or over the bridge), the
+//! policy, the world model and the method's correction loop into runs,
+//! evaluations, benchmarks across the reward arms, and reports.
+//!
+//! It owns no method logic (that is `wmrl-core`) and no model code (that is
+//! `wmrl-policy` and `wmrl-worldmodel`): it orders calls and keeps records.
+
+pub mod bench;
+pub mod config;
+mod error;
+pub mod metrics;
+pub mod plot;
+pub mod rollout;
+pub mod stats;
+pub mod trainer;
+
+pub use config::TrainConfig;
+pub use error::{Result, TrainError};
+pub use trainer::{RunSummary, Trainer};

@@ -1,0 +1,147 @@
+//! Append-only JSON-lines records of a run (metrics.jsonl, eval.jsonl,
+//! calibration.jsonl), truncatable to a checkpoint on resume.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use wmrl_core::Ledger;
+
+use crate::Result;
+use crate::error::io_err;
+
+/// One line of metrics.jsonl: everything about one training step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepMetrics {
+    pub step: usize,
+    pub arm: String,
+    /// Real success rate of this step's rollouts (measured for every arm,
+    /// shown to the learner only where the arm allows).
+    pub batch_success: f64,
+    pub mean_episode_steps: f64,
+    pub anchor_groups: usize,
+    pub realised_anchor_fraction: f64,
+    pub labels_used: usize,
+    pub labels_cumulative: u64,
+    pub calibrated: bool,
+    pub refit: bool,
+    pub bias_reduction: Option<f64>,
+    pub disagreement: Option<f64>,
+    pub disagreement_raw: Option<f64>,
+    pub anchor_weight: f64,
+    pub fallback_groups: usize,
+    pub groups_skipped: usize,
+    pub adv_abs_mean: f64,
+    pub adv_abs_max: f64,
+    pub wm_score_mean: Option<f64>,
+    pub samples_updated: usize,
+    pub loss: f64,
+    pub kl_ref: f64,
+    pub clip_frac: f64,
+    pub entropy: f64,
+    pub grad_norm: f64,
+    pub restarts: usize,
+    pub ledger: Ledger,
+    pub wall_seconds: f64,
+}
+
+/// One line of eval.jsonl.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalRecord {
+    pub step: usize,
+    /// `heldout` or `in_domain`.
+    pub split: String,
+    pub success: f64,
+    pub ci_low: f64,
+    pub ci_high: f64,
+    pub episodes: usize,
+    pub per_task: Vec<f64>,
+    pub labels_cumulative: u64,
+}
+
+/// One line of calibration.jsonl: the fitted map's knots at a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationSnapshot {
+    pub step: usize,
+    pub xs: Vec<f64>,
+    pub ys: Vec<f64>,
+}
+
+/// Append `value` as one JSON line.
+pub fn append<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    let line =
+        serde_json::to_string(value).map_err(|e| crate::TrainError::Report(e.to_string()))?;
+    writeln!(f, "{line}").map_err(io_err(path))?;
+    Ok(())
+}
+
+/// Read every line of a JSONL file (missing file: empty).
+pub fn read_all<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            serde_json::from_str(l).map_err(|e| crate::TrainError::RunDir {
+                path: path.display().to_string(),
+                message: format!("bad line: {e}"),
+            })
+        })
+        .collect()
+}
+
+/// Current byte length (0 when missing).
+pub fn len_of(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Cut a file back to `len` bytes (records written after a checkpoint).
+pub fn truncate(path: &Path, len: u64) -> Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .map_err(io_err(path))?;
+    f.set_len(len).map_err(io_err(path))?;
+    Ok(())
+}
+
+/// The record files of a run directory.
+#[derive(Debug, Clone)]
+pub struct RunFiles {
+    pub dir: PathBuf,
+}
+
+impl RunFiles {
+    pub fn metrics(&self) -> PathBuf {
+        self.dir.join("metrics.jsonl")
+    }
+    pub fn eval(&self) -> PathBuf {
+        self.dir.join("eval.jsonl")
+    }
+    pub fn calibration(&self) -> PathBuf {
+        self.dir.join("calibration.jsonl")
+    }
+    pub fn checkpoint(&self) -> PathBuf {
+        self.dir.join("checkpoint")
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("config.toml")
+    }
+    pub fn summary(&self) -> PathBuf {
+        self.dir.join("summary.json")
+    }
+    pub fn diagnostics(&self) -> PathBuf {
+        self.dir.join("diagnostics.json")
+    }
+}

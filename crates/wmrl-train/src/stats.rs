@@ -1,0 +1,111 @@
+//! Interval estimates for benchmark tables: Wilson intervals for success
+//! rates of one run, Student-t intervals for means over seeds.
+
+use serde::{Deserialize, Serialize};
+
+/// Two-sided 97.5% quantile of Student's t with `df` degrees of freedom.
+pub fn t_975(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::INFINITY,
+        d if d <= 30 => TABLE[d - 1],
+        _ => 1.96,
+    }
+}
+
+/// Mean with a 95% interval over independent values (seeds).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MeanCi {
+    pub mean: f64,
+    pub lo: f64,
+    pub hi: f64,
+    pub n: usize,
+}
+
+impl MeanCi {
+    pub fn of(xs: &[f64]) -> Option<Self> {
+        if xs.is_empty() {
+            return None;
+        }
+        let n = xs.len();
+        let mean = xs.iter().sum::<f64>() / n as f64;
+        if n == 1 {
+            return Some(Self {
+                mean,
+                lo: f64::NEG_INFINITY,
+                hi: f64::INFINITY,
+                n,
+            });
+        }
+        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+        let half = t_975(n - 1) * (var / n as f64).sqrt();
+        Some(Self {
+            mean,
+            lo: mean - half,
+            hi: mean + half,
+            n,
+        })
+    }
+
+    pub fn overlaps(&self, o: &MeanCi) -> bool {
+        self.lo <= o.hi && o.lo <= self.hi
+    }
+
+    /// `41.2 [38.0, 44.4]` in percent.
+    pub fn pct(&self) -> String {
+        if self.n < 2 {
+            return format!("{:.1} (1 seed)", 100.0 * self.mean);
+        }
+        format!(
+            "{:.1} [{:.1}, {:.1}]",
+            100.0 * self.mean,
+            100.0 * self.lo,
+            100.0 * self.hi
+        )
+    }
+}
+
+/// Wilson score interval for `k` successes in `n` trials at 95%.
+pub fn wilson(k: usize, n: usize) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let z = 1.959_963_984_540_054_f64;
+    let n_f = n as f64;
+    let p = k as f64 / n_f;
+    let denom = 1.0 + z * z / n_f;
+    let centre = (p + z * z / (2.0 * n_f)) / denom;
+    let half = z * (p * (1.0 - p) / n_f + z * z / (4.0 * n_f * n_f)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn t_interval_matches_hand_computation() {
+        let ci = MeanCi::of(&[0.3, 0.4, 0.5]).expect("ci");
+        // sd = 0.1, se = 0.0577, t(2) = 4.303
+        assert!((ci.mean - 0.4).abs() < 1e-12);
+        assert!((ci.hi - 0.4 - 4.303 * 0.1 / 3f64.sqrt()).abs() < 1e-9);
+        assert!(ci.overlaps(&MeanCi::of(&[0.6, 0.62, 0.64]).expect("ci")));
+        assert!(
+            !MeanCi::of(&[0.1, 0.1, 0.1])
+                .expect("ci")
+                .overlaps(&MeanCi::of(&[0.9, 0.9, 0.9]).expect("ci"))
+        );
+    }
+
+    #[test]
+    fn wilson_known_value() {
+        // 5/10: (0.2366, 0.7634)
+        let (lo, hi) = wilson(5, 10);
+        assert!((lo - 0.2366).abs() < 1e-4 && (hi - 0.7634).abs() < 1e-4);
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+    }
+}

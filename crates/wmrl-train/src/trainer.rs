@@ -1,0 +1,576 @@
+//! One `wmrl train` run: rollouts -> world-model scores -> the correction
+//! loop -> a clipped GRPO update, step after step, with metrics, periodic
+//! evaluation on held-out initial states, and resumable checkpoints.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use wmrl_core::rng::SplitMix64;
+use wmrl_core::{CorrectionLoop, DiagnosticsSummary, Ledger, ScorerError, Scorers, Stage};
+use wmrl_env::VecEnv;
+use wmrl_policy::{
+    EvalConfig, GrpoBatch, Policy, PolicyOptimizer, RateSummary, evaluate, grpo_loss,
+};
+use wmrl_worldmodel::{RolloutFrames, WorldModel};
+
+use crate::config::TrainConfig;
+use crate::error::io_err;
+use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
+use crate::rollout::{EpisodeSpec, Rollout, collect};
+use crate::{Result, TrainError};
+
+/// What a finished run reports (summary.json).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub arm: String,
+    pub seed: u64,
+    pub steps: usize,
+    pub label_regime: String,
+    pub anchor_fraction: f64,
+    pub heldout: RateSummary,
+    pub in_domain: Option<RateSummary>,
+    pub heldout_per_task: Vec<f64>,
+    pub ledger: Ledger,
+    pub diagnostics: DiagnosticsSummary,
+}
+
+/// Resumable state beside the policy and optimiser files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TrainState {
+    step: usize,
+    core: CorrectionLoop,
+    ledger: Ledger,
+    metrics_len: u64,
+    eval_len: u64,
+    calibration_len: u64,
+}
+
+pub struct Trainer {
+    cfg: TrainConfig,
+    files: RunFiles,
+    policy: Policy,
+    reference: Policy,
+    optimizer: PolicyOptimizer,
+    env: Box<dyn VecEnv>,
+    world_model: Option<WorldModel>,
+    core: CorrectionLoop,
+    ledger: Ledger,
+    step: usize,
+}
+
+impl std::fmt::Debug for Trainer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("arm", &self.cfg.arm)
+            .field("step", &self.step)
+            .field("dir", &self.files.dir)
+            .finish()
+    }
+}
+
+fn make_env(cfg: &TrainConfig) -> Result<Box<dyn VecEnv>> {
+    Ok(match cfg.env.backend.as_str() {
+        "bridge" => Box::new(wmrl_bridge::BridgePool::connect(
+            &cfg.env.endpoints,
+            wmrl_bridge::PoolConfig::default(),
+        )?),
+        _ => Box::new(wmrl_sim::make_vec_env(&cfg.env.sim, cfg.env.num_envs)?),
+    })
+}
+
+fn load_policy(path: &Path) -> Result<Policy> {
+    if !path.join(wmrl_policy::CONFIG_FILE).exists() {
+        return Err(TrainError::Missing {
+            what: "SFT policy checkpoint",
+            path: path.display().to_string(),
+            hint: "train one with `wmrl sft` (or run `wmrl quickstart`) and set `policy` in the config",
+        });
+    }
+    Ok(Policy::load(path)?)
+}
+
+fn load_world_model(cfg: &TrainConfig) -> Result<Option<WorldModel>> {
+    if !cfg.arm.uses_world_model() {
+        return Ok(None);
+    }
+    let p = &cfg.world_model.path;
+    if !p.exists() {
+        return Err(TrainError::Missing {
+            what: "world model",
+            path: p.display().to_string(),
+            hint: "export one with `wmrl wm export` and set `world_model.path`",
+        });
+    }
+    Ok(Some(WorldModel::load_with(
+        p,
+        cfg.world_model.runtime.clone(),
+    )?))
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    SplitMix64::new(a ^ b.wrapping_mul(0xD1B5_4A32_D192_ED03)).next_u64()
+}
+
+impl Trainer {
+    /// Start a fresh run in `dir` (which must not hold a checkpoint).
+    pub fn create(cfg: TrainConfig, dir: &Path) -> Result<Self> {
+        cfg.validate()?;
+        let files = RunFiles {
+            dir: dir.to_path_buf(),
+        };
+        if files.checkpoint().exists() {
+            return Err(TrainError::RunDir {
+                path: dir.display().to_string(),
+                message: "already holds a run; continue it with --resume or pick another --out"
+                    .into(),
+            });
+        }
+        let policy = load_policy(&cfg.policy)?;
+        let reference = load_policy(&cfg.policy)?;
+        let world_model = load_world_model(&cfg)?;
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        for f in [files.metrics(), files.eval(), files.calibration()] {
+            metrics::truncate(&f, 0)?;
+        }
+        std::fs::write(files.config(), cfg.to_toml()).map_err(io_err(&files.config()))?;
+        let optimizer = PolicyOptimizer::new(&policy, cfg.update.optim.clone())?;
+        let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
+        let env = make_env(&cfg)?;
+        Ok(Self {
+            cfg,
+            files,
+            policy,
+            reference,
+            optimizer,
+            env,
+            world_model,
+            core,
+            ledger: Ledger::default(),
+            step: 0,
+        })
+    }
+
+    /// Continue the run in `dir` from its last checkpoint.
+    pub fn resume(dir: &Path) -> Result<Self> {
+        let files = RunFiles {
+            dir: dir.to_path_buf(),
+        };
+        let cfg = TrainConfig::load(&files.config())?;
+        let ck = files.checkpoint();
+        let state_path = ck.join("state.json");
+        let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
+            path: dir.display().to_string(),
+            message: format!("no checkpoint to resume ({}: {e})", state_path.display()),
+        })?;
+        let state: TrainState = serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
+            path: state_path.display().to_string(),
+            message: format!("corrupt checkpoint state: {e}"),
+        })?;
+        let policy = Policy::load(&ck.join("policy"))?;
+        let reference = load_policy(&cfg.policy)?;
+        let mut optimizer = PolicyOptimizer::new(&policy, cfg.update.optim.clone())?;
+        optimizer.load(&ck.join("optimizer.safetensors"))?;
+        metrics::truncate(&files.metrics(), state.metrics_len)?;
+        metrics::truncate(&files.eval(), state.eval_len)?;
+        metrics::truncate(&files.calibration(), state.calibration_len)?;
+        let world_model = load_world_model(&cfg)?;
+        let env = make_env(&cfg)?;
+        Ok(Self {
+            cfg,
+            files,
+            policy,
+            reference,
+            optimizer,
+            env,
+            world_model,
+            core: state.core,
+            ledger: state.ledger,
+            step: state.step,
+        })
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+    pub fn steps_done(&self) -> usize {
+        self.step
+    }
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+    pub fn dir(&self) -> &Path {
+        &self.files.dir
+    }
+
+    /// Write a checkpoint atomically (temporary directory, then rename).
+    pub fn checkpoint(&self) -> Result<()> {
+        let ck = self.files.checkpoint();
+        let tmp = self.files.dir.join("checkpoint.partial");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+        }
+        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        self.policy.save(&tmp.join("policy"))?;
+        self.optimizer.save(&tmp.join("optimizer.safetensors"))?;
+        let state = TrainState {
+            step: self.step,
+            core: self.core.clone(),
+            ledger: self.ledger.clone(),
+            metrics_len: metrics::len_of(&self.files.metrics()),
+            eval_len: metrics::len_of(&self.files.eval()),
+            calibration_len: metrics::len_of(&self.files.calibration()),
+        };
+        let text = serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
+        let sp = tmp.join("state.json");
+        std::fs::write(&sp, text).map_err(io_err(&sp))?;
+        if ck.exists() {
+            let old = self.files.dir.join("checkpoint.old");
+            if old.exists() {
+                std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
+            }
+            std::fs::rename(&ck, &old).map_err(io_err(&ck))?;
+            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
+            std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
+        } else {
+            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
+        }
+        Ok(())
+    }
+
+    /// The groups of step `step`: (task, initial state) drawn from the
+    /// training split with a seed derived from (run seed, step).
+    fn draw_specs(&self, step: usize) -> Vec<EpisodeSpec> {
+        let r = &self.cfg.rollout;
+        let tasks: Vec<usize> = if r.tasks.is_empty() {
+            (0..self.env.spec().tasks.len()).collect()
+        } else {
+            r.tasks.clone()
+        };
+        let [lo, hi] = r.train_init_states;
+        let mut rng = SplitMix64::new(mix(self.cfg.seed, step as u64 + 1));
+        let mut specs = Vec::with_capacity(r.n_groups * r.group_size);
+        for g in 0..r.n_groups {
+            let task = tasks[rng.below(tasks.len())];
+            let init_state = lo + rng.below(hi - lo + 1);
+            for i in 0..r.group_size {
+                specs.push(EpisodeSpec {
+                    group: g,
+                    task,
+                    init_state,
+                    seed: mix(rng.next_u64(), i as u64),
+                });
+            }
+        }
+        specs
+    }
+
+    /// Run one training step.
+    pub fn train_step(&mut self) -> Result<StepMetrics> {
+        let t_step = Instant::now();
+        let step = self.step;
+        let specs = self.draw_specs(step);
+        let (rollouts, cstats) = collect(
+            &self.policy,
+            self.env.as_mut(),
+            &specs,
+            self.cfg.rollout.temperature,
+            self.cfg.rollout.max_steps,
+            mix(self.cfg.seed, 0xC0_11EC7 + step as u64),
+        )?;
+        self.ledger.record(
+            Stage::PolicySample,
+            cstats.policy_calls,
+            cstats.policy_seconds,
+        );
+        self.ledger.record(
+            Stage::RealExecution,
+            rollouts.len() as u64,
+            cstats.env_seconds,
+        );
+        self.ledger.sim_steps += cstats.env_steps;
+
+        let g = self.cfg.rollout.group_size;
+        let n = self.cfg.rollout.n_groups;
+        let mut scorers = RolloutScorers {
+            rollouts: &rollouts,
+            group_size: g,
+            wm: self.world_model.as_mut(),
+            mode: self.cfg.world_model.mode,
+            wm_seconds: 0.0,
+            wm_scores: None,
+        };
+        let outcome = self.core.step(&vec![g; n], None, &mut scorers)?;
+        let wm_seconds = scorers.wm_seconds;
+        if outcome.stats.wm_rollouts > 0 {
+            self.ledger.record(
+                Stage::WorldModel,
+                outcome.stats.wm_rollouts as u64,
+                wm_seconds,
+            );
+        }
+        self.ledger.labels += outcome.stats.labels_used as u64;
+
+        // GRPO update over every policy call of every graded rollout.
+        let t_up = Instant::now();
+        let mut inputs = Vec::new();
+        let (mut tokens, mut old, mut adv, mut mask) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (r, a) in rollouts.iter().zip(outcome.advantages.iter().flatten()) {
+            let Some(a) = a else { continue };
+            for c in &r.chunks {
+                inputs.push(c.input.clone());
+                tokens.push(c.tokens.clone());
+                old.push(c.logprobs.clone());
+                adv.push(*a as f32);
+                mask.push(c.mask.clone());
+            }
+        }
+        let (mut loss, mut kl, mut clip, mut ent, mut gn, mut n_mb) =
+            (0.0, 0.0, 0.0, 0.0, 0.0, 0usize);
+        let n_samples = inputs.len();
+        if n_samples > 0 && adv.iter().any(|a| *a != 0.0) {
+            let prepared = self.policy.prepare(&inputs)?;
+            let batch = GrpoBatch::new(&self.policy, prepared, &tokens, &old, &adv, Some(&mask))?;
+            let batch = if self.cfg.update.loss.kl_beta > 0.0 {
+                batch.with_reference(&self.reference, self.cfg.update.loss.temperature)?
+            } else {
+                batch
+            };
+            let mut rng = SplitMix64::new(mix(self.cfg.seed, 0x5EED_0000 + step as u64));
+            for _ in 0..self.cfg.update.inner_epochs {
+                let mut order: Vec<usize> = (0..n_samples).collect();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, rng.below(i + 1));
+                }
+                for mb in order.chunks(self.cfg.update.minibatch) {
+                    let sub = batch.select(mb)?;
+                    let (l, s) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
+                    let st = self.optimizer.step(&l)?;
+                    loss += s.loss;
+                    kl += s.kl_ref;
+                    clip += s.clip_frac;
+                    ent += s.entropy;
+                    gn += st.grad_norm;
+                    n_mb += 1;
+                }
+            }
+        }
+        let mb = n_mb.max(1) as f64;
+        self.ledger
+            .record(Stage::Update, n_mb as u64, t_up.elapsed().as_secs_f64());
+        self.step += 1;
+
+        let successes = rollouts.iter().filter(|r| r.success).count();
+        let wm_mean = outcome.wm_raw.as_ref().map(|w| {
+            let all: Vec<f64> = w.iter().flatten().copied().collect();
+            all.iter().sum::<f64>() / all.len().max(1) as f64
+        });
+        let m = StepMetrics {
+            step,
+            arm: self.cfg.arm.name().into(),
+            batch_success: successes as f64 / rollouts.len().max(1) as f64,
+            mean_episode_steps: rollouts.iter().map(|r| r.steps as f64).sum::<f64>()
+                / rollouts.len().max(1) as f64,
+            anchor_groups: outcome.stats.anchor_groups,
+            realised_anchor_fraction: self.core.scheduler().realised_fraction(),
+            labels_used: outcome.stats.labels_used,
+            labels_cumulative: self.ledger.labels,
+            calibrated: outcome.stats.calibrated,
+            refit: outcome.stats.refit,
+            bias_reduction: outcome.stats.bias_reduction,
+            disagreement: outcome.stats.disagreement,
+            disagreement_raw: outcome.stats.disagreement_raw,
+            anchor_weight: outcome.stats.weight,
+            fallback_groups: outcome.stats.fallback_groups,
+            groups_skipped: outcome.stats.groups_skipped,
+            adv_abs_mean: outcome.stats.adv_abs_mean,
+            adv_abs_max: outcome.stats.adv_abs_max,
+            wm_score_mean: wm_mean,
+            samples_updated: n_samples,
+            loss: loss / mb,
+            kl_ref: kl / mb,
+            clip_frac: clip / mb,
+            entropy: ent / mb,
+            grad_norm: gn / mb,
+            restarts: rollouts.iter().map(|r| r.restarts).sum(),
+            ledger: self.ledger.clone(),
+            wall_seconds: t_step.elapsed().as_secs_f64(),
+        };
+        metrics::append(&self.files.metrics(), &m)?;
+        Ok(m)
+    }
+
+    /// Evaluate the current policy on a split, record it, and return it.
+    pub fn evaluate_split(&mut self, split: &str) -> Result<(RateSummary, Vec<f64>)> {
+        let e = &self.cfg.eval;
+        let [lo, hi] = if split == "in_domain" {
+            self.cfg.rollout.train_init_states
+        } else {
+            e.init_states
+        };
+        let ecfg = EvalConfig {
+            tasks: e.tasks.clone(),
+            init_states: (lo..=hi).collect(),
+            temperature: e.temperature,
+            seed: mix(self.cfg.seed, 0xE7A1),
+            max_steps: self.cfg.rollout.max_steps,
+            gif_dir: None,
+            ..EvalConfig::default()
+        };
+        let t = Instant::now();
+        let report = evaluate(&self.policy, self.env.as_mut(), &ecfg)?;
+        self.ledger.record(
+            Stage::Eval,
+            report.episodes.len() as u64,
+            t.elapsed().as_secs_f64(),
+        );
+        let per_task: Vec<f64> = report.per_task.iter().map(|t| t.summary.rate).collect();
+        metrics::append(
+            &self.files.eval(),
+            &EvalRecord {
+                step: self.step,
+                split: split.into(),
+                success: report.overall.rate,
+                ci_low: report.overall.ci_low,
+                ci_high: report.overall.ci_high,
+                episodes: report.overall.episodes,
+                per_task: per_task.clone(),
+                labels_cumulative: self.ledger.labels,
+            },
+        )?;
+        if let Some(map) = self.core.calibrator().map() {
+            let (xs, ys) = map.knots();
+            metrics::append(
+                &self.files.calibration(),
+                &CalibrationSnapshot {
+                    step: self.step,
+                    xs: xs.to_vec(),
+                    ys: ys.to_vec(),
+                },
+            )?;
+        }
+        Ok((report.overall, per_task))
+    }
+
+    /// Train to `cfg.steps` (from wherever the run is), evaluating and
+    /// checkpointing on schedule, then the final evaluation and summary.
+    /// `on_step` sees each step's metrics (for progress bars).
+    pub fn run(&mut self, mut on_step: impl FnMut(&StepMetrics)) -> Result<RunSummary> {
+        if self.step == 0 && self.cfg.eval.every > 0 {
+            self.evaluate_split("heldout")?;
+            self.checkpoint()?;
+        }
+        while self.step < self.cfg.steps {
+            let m = self.train_step()?;
+            on_step(&m);
+            let every = self.cfg.eval.every;
+            if every > 0 && self.step.is_multiple_of(every) && self.step < self.cfg.steps {
+                self.evaluate_split("heldout")?;
+            }
+            if self.step.is_multiple_of(self.cfg.checkpoint_every) || self.step == self.cfg.steps {
+                self.checkpoint()?;
+            }
+        }
+        self.finish()
+    }
+
+    /// Final evaluation, diagnostics and summary.json.
+    pub fn finish(&mut self) -> Result<RunSummary> {
+        let (heldout, per_task) = self.evaluate_split("heldout")?;
+        let in_domain = if self.cfg.eval.in_domain {
+            Some(self.evaluate_split("in_domain")?.0)
+        } else {
+            None
+        };
+        let diagnostics = self.core.diagnostics().summary(&self.cfg.wmrl.calibration);
+        let dp = self.files.diagnostics();
+        let text = serde_json::to_string_pretty(self.core.diagnostics())
+            .map_err(|e| TrainError::Report(e.to_string()))?;
+        std::fs::write(&dp, text).map_err(io_err(&dp))?;
+        let summary = RunSummary {
+            arm: self.cfg.arm.name().into(),
+            seed: self.cfg.seed,
+            steps: self.step,
+            label_regime: self.cfg.label_regime().into(),
+            anchor_fraction: self.cfg.wmrl.anchors.fraction,
+            heldout,
+            in_domain,
+            heldout_per_task: per_task,
+            ledger: self.ledger.clone(),
+            diagnostics,
+        };
+        let sp = self.files.summary();
+        let text = serde_json::to_string_pretty(&summary)
+            .map_err(|e| TrainError::Report(e.to_string()))?;
+        std::fs::write(&sp, text).map_err(io_err(&sp))?;
+        Ok(summary)
+    }
+
+    pub fn files(&self) -> &RunFiles {
+        &self.files
+    }
+}
+
+/// Read a finished run's summary.
+pub fn read_summary(dir: &Path) -> Result<RunSummary> {
+    let p: PathBuf = dir.join("summary.json");
+    let text = std::fs::read_to_string(&p).map_err(io_err(&p))?;
+    serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
+        path: p.display().to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// The two scorers of the correction loop over a step's rollouts.
+struct RolloutScorers<'a> {
+    rollouts: &'a [Rollout],
+    group_size: usize,
+    wm: Option<&'a mut WorldModel>,
+    mode: wmrl_worldmodel::ScoreMode,
+    wm_seconds: f64,
+    wm_scores: Option<Vec<f64>>,
+}
+
+impl Scorers for RolloutScorers<'_> {
+    fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError> {
+        let wm = self
+            .wm
+            .as_deref_mut()
+            .ok_or("this arm has no world model")?;
+        if self.wm_scores.is_none() {
+            let t = Instant::now();
+            let frames: Vec<RolloutFrames<'_>> = self
+                .rollouts
+                .iter()
+                .map(|r| RolloutFrames {
+                    instruction: &r.instruction,
+                    frames: r.frames.iter().collect(),
+                })
+                .collect();
+            let scores = wm.score(&frames, self.mode)?;
+            self.wm_scores = Some(scores.iter().map(|s| f64::from(s.score)).collect());
+            self.wm_seconds += t.elapsed().as_secs_f64();
+        }
+        let all = self.wm_scores.as_ref().ok_or("no scores")?;
+        Ok(groups
+            .iter()
+            .map(|&g| all[g * self.group_size..(g + 1) * self.group_size].to_vec())
+            .collect())
+    }
+
+    fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
+        Ok(groups
+            .iter()
+            .map(|&g| {
+                self.rollouts[g * self.group_size..(g + 1) * self.group_size]
+                    .iter()
+                    .map(|r| Some(if r.success { 1.0 } else { 0.0 }))
+                    .collect()
+            })
+            .collect())
+    }
+}

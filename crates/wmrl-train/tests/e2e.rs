@@ -1,0 +1,173 @@
+//! End to end across crates: the embedded simulator, a tiny candle policy, an
+//! ONNX world model through ONNX Runtime, and the correction loop. A tiny run
+//! of every arm checks that the ledger and metrics agree with what the arm is
+//! allowed to see; an interrupted run resumes to the same result.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device};
+use candle_nn::{VarBuilder, VarMap};
+use wmrl_core::Arm;
+use wmrl_policy::{Policy, PolicyConfig};
+use wmrl_train::metrics::{StepMetrics, read_all};
+use wmrl_train::{TrainConfig, Trainer};
+use wmrl_worldmodel::{NetConfig, ProgressNet, export_onnx};
+
+const IMAGE: u32 = 64;
+
+fn fixtures(dir: &Path) -> (PathBuf, PathBuf) {
+    let mut pc = PolicyConfig::tiny();
+    pc.proprio_dim = wmrl_sim::PROPRIO_DIM;
+    pc.n_layers = 1;
+    let policy = Policy::new(pc, &Device::Cpu, DType::F32).expect("policy");
+    let pdir = dir.join("sft");
+    policy.save(&pdir).expect("save policy");
+    let net = NetConfig {
+        height: IMAGE as usize,
+        width: IMAGE as usize,
+        pool: 4,
+        channels: vec![8, 8],
+        hidden: 16,
+        text_dim: 8,
+        ..NetConfig::default()
+    };
+    let varmap = VarMap::new();
+    let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
+    ProgressNet::new(net.clone(), vb).expect("net");
+    let wm = dir.join("wm.onnx");
+    export_onnx(&net, &varmap, &wm, &[]).expect("export");
+    (pdir, wm)
+}
+
+fn config(arm: Arm, policy: &Path, wm: &Path, steps: usize) -> TrainConfig {
+    let mut c = TrainConfig {
+        arm,
+        seed: 3,
+        steps,
+        policy: policy.to_path_buf(),
+        ..TrainConfig::default()
+    };
+    c.env.num_envs = 4;
+    c.env.sim.image_size = IMAGE;
+    c.env.sim.max_steps = 16;
+    c.rollout.n_groups = 2;
+    c.rollout.group_size = 2;
+    c.rollout.tasks = vec![0, 2];
+    c.rollout.train_init_states = [0, 3];
+    c.update.minibatch = 8;
+    c.update.inner_epochs = 1;
+    c.world_model.path = wm.to_path_buf();
+    c.wmrl.anchors.fraction = 0.5;
+    c.wmrl.calibration.min_pairs = 2;
+    c.wmrl.weight.warmup_groups = 1;
+    c.eval.init_states = [16, 16];
+    c.eval.tasks = vec![0, 2];
+    c.eval.in_domain = false;
+    c
+}
+
+fn runtime_or_skip() -> bool {
+    if wmrl_worldmodel::runtime_available() {
+        return true;
+    }
+    eprintln!("SKIP: ONNX Runtime library not found; run scripts/setup");
+    false
+}
+
+#[test]
+fn every_arm_keeps_a_consistent_ledger() {
+    if !runtime_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (policy, wm) = fixtures(tmp.path());
+    for arm in Arm::ALL {
+        let dir = tmp.path().join(arm.name());
+        let mut t = Trainer::create(config(arm, &policy, &wm, 2), &dir).expect("create");
+        let s = t.run(|_| {}).expect("run");
+        let ms: Vec<StepMetrics> = read_all(&dir.join("metrics.jsonl")).expect("metrics");
+        assert_eq!(ms.len(), 2, "{arm:?}");
+        let per_step = match arm {
+            Arm::Sparse => 4,
+            Arm::DenseRaw => 0,
+            _ => 2, // one anchor group of two rollouts
+        };
+        for m in &ms {
+            assert_eq!(m.labels_used, per_step, "{arm:?} step {}", m.step);
+        }
+        assert_eq!(s.ledger.labels, 2 * per_step as u64, "{arm:?}");
+        assert_eq!(ms[1].labels_cumulative, s.ledger.labels);
+        assert_eq!(s.ledger.real_executions, 8, "{arm:?}");
+        assert!(
+            s.ledger.sim_steps >= 8 && s.ledger.sim_steps <= 8 * 16,
+            "{arm:?}"
+        );
+        let wm_rollouts = if arm.uses_world_model() { 8 } else { 0 };
+        assert_eq!(s.ledger.wm_rollouts, wm_rollouts, "{arm:?}");
+        assert_eq!(s.heldout.episodes, 2);
+        assert!(dir.join("summary.json").exists() && dir.join("checkpoint/state.json").exists());
+        if !arm.uses_real() {
+            assert!(ms.iter().all(|m| m.anchor_groups == 0));
+        }
+    }
+}
+
+#[test]
+fn resume_continues_to_the_same_result() {
+    if !runtime_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (policy, wm) = fixtures(tmp.path());
+    let whole = tmp.path().join("whole");
+    let mut a = Trainer::create(config(Arm::Wmrl, &policy, &wm, 3), &whole).expect("create");
+    a.run(|_| {}).expect("run");
+
+    let cut = tmp.path().join("cut");
+    let mut b = Trainer::create(config(Arm::Wmrl, &policy, &wm, 3), &cut).expect("create");
+    b.train_step().expect("step 0");
+    b.train_step().expect("step 1");
+    b.checkpoint().expect("checkpoint");
+    // Work after the checkpoint that an interrupt would lose.
+    b.train_step().expect("lost step");
+    drop(b);
+    let mut b = Trainer::resume(&cut).expect("resume");
+    assert_eq!(b.steps_done(), 2);
+    b.run(|_| {}).expect("finish");
+
+    let ma: Vec<StepMetrics> = read_all(&whole.join("metrics.jsonl")).expect("a");
+    let mb: Vec<StepMetrics> = read_all(&cut.join("metrics.jsonl")).expect("b");
+    assert_eq!(ma.len(), 3);
+    assert_eq!(mb.len(), 3, "the lost step's line is dropped on resume");
+    for (x, y) in ma.iter().zip(&mb) {
+        assert_eq!(x.batch_success, y.batch_success);
+        assert_eq!(x.labels_cumulative, y.labels_cumulative);
+        assert_eq!(x.loss, y.loss, "step {}", x.step);
+        assert_eq!(x.anchor_weight, y.anchor_weight);
+    }
+    let wa = std::fs::read(
+        whole
+            .join("checkpoint/policy")
+            .join(wmrl_policy::WEIGHTS_FILE),
+    )
+    .expect("wa");
+    let wb = std::fs::read(
+        cut.join("checkpoint/policy")
+            .join(wmrl_policy::WEIGHTS_FILE),
+    )
+    .expect("wb");
+    assert!(wa == wb, "final weights differ after resume");
+}
+
+#[test]
+fn missing_inputs_name_the_path() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let cfg = config(
+        Arm::Sparse,
+        &tmp.path().join("nope"),
+        &tmp.path().join("nowm.onnx"),
+        1,
+    );
+    let err = Trainer::create(cfg, &tmp.path().join("run")).expect_err("missing policy");
+    assert!(err.to_string().contains("nope"), "{err}");
+}

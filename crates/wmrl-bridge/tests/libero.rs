@@ -1,0 +1,133 @@
+//! The real LIBERO server (envs/libero/server.py) through the pool. Needs the
+//! venv from scripts/setup.d/30-libero.sh; run by scripts/checks.d/30-libero.sh:
+//! `cargo test -p wmrl-bridge --test libero -- --ignored`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use wmrl_bridge::{BridgePool, PoolConfig, PoolEvent, WorkerState};
+use wmrl_env::{EnvError, Frame, ResetRequest, VecEnv};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn spawn_libero() -> common::Proc {
+    let root = repo();
+    let python = root.join("envs/libero/.venv/bin/python");
+    assert!(
+        python.exists(),
+        "run scripts/setup.d/30-libero.sh first ({} missing)",
+        python.display()
+    );
+    let mut cmd = Command::new(python);
+    cmd.arg(root.join("envs/libero/server.py")).args([
+        "--bind",
+        "tcp://127.0.0.1:*",
+        "--envs",
+        "1",
+        "--image",
+        "128",
+    ]);
+    if std::env::var_os("MUJOCO_GL").is_none() {
+        cmd.env("MUJOCO_GL", "egl");
+    }
+    common::spawn(&mut cmd)
+}
+
+/// Not blank: many distinct pixel values, not one flat colour.
+fn is_informative(f: &Frame) -> bool {
+    let mut seen = [false; 256];
+    f.rgb.iter().for_each(|&v| seen[v as usize] = true);
+    let distinct = seen.iter().filter(|s| **s).count();
+    let mean = f.rgb.iter().map(|&v| f64::from(v)).sum::<f64>() / f.rgb.len() as f64;
+    distinct > 32 && mean > 5.0 && mean < 250.0
+}
+
+#[test]
+#[ignore = "needs the LIBERO venv (scripts/setup.d/30-libero.sh); run by scripts/checks.d/30-libero.sh"]
+fn real_libero_through_the_pool() {
+    let mut server = spawn_libero();
+    let config = PoolConfig {
+        request_timeout_ms: 120_000,
+        connect_timeout_ms: 30_000,
+        reconnect_interval_ms: 200,
+        give_up_after_ms: 3_000,
+        ..PoolConfig::default()
+    };
+    let mut pool = BridgePool::connect(&[server.endpoint.as_str()], config).unwrap();
+    let spec = pool.spec().clone();
+    assert_eq!(spec.suite, "libero_10");
+    assert_eq!(spec.tasks.len(), 10);
+    assert!(spec.tasks.iter().all(|t| t.n_init_states == 50));
+    assert_eq!(
+        (spec.action_dim, spec.action_low, spec.action_high),
+        (7, -1.0, 1.0)
+    );
+    assert_eq!(spec.cameras.len(), 2);
+    assert!(
+        spec.cameras
+            .iter()
+            .all(|c| (c.width, c.height) == (128, 128))
+    );
+    println!("task 0: {}", spec.tasks[0].instruction);
+
+    let t0 = Instant::now();
+    let obs = pool
+        .reset(&[(
+            0,
+            ResetRequest {
+                task: 0,
+                init_state: 0,
+                seed: 0,
+            },
+        )])
+        .unwrap();
+    println!(
+        "first reset (builds the env): {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    assert_eq!(obs[0].proprio.len(), spec.proprio_dim);
+    let first = obs[0].frames.clone();
+    let t1 = Instant::now();
+    let mut last = None;
+    for t in 0..20 {
+        // Move down a little with the gripper open.
+        let a = vec![0.0, 0.0, -0.3, 0.0, 0.0, 0.0, -1.0];
+        let r = pool.step(&[(0, a)]).unwrap().remove(0);
+        assert!(!r.success && !r.done, "no success after {t} steps");
+        for (f, c) in r.obs.frames.iter().zip(&spec.cameras) {
+            assert_eq!(
+                (f.width, f.height, f.rgb.len()),
+                (c.width, c.height, 128 * 128 * 3)
+            );
+            assert!(is_informative(f), "camera {} blank at step {t}", c.name);
+        }
+        last = Some(r);
+    }
+    let steps_per_s = 20.0 / t1.elapsed().as_secs_f64();
+    println!("20 steps: {steps_per_s:.1} steps/s through the bridge");
+    let last = last.unwrap();
+    assert!(pool.take_restarts().is_empty());
+    // The arm moved: the wrist view changed.
+    assert_ne!(first[1], last.obs.frames[1]);
+
+    // Kill the server: the pool reports the worker, then gives up on it.
+    server.kill9();
+    let err = pool.step(&[(0, vec![0.0; 7])]).expect_err("server is gone");
+    assert!(matches!(err, EnvError::NoWorkers(_)), "{err}");
+    assert!(
+        pool.events()
+            .iter()
+            .any(|e| matches!(e, PoolEvent::WorkerDown { .. }))
+    );
+    assert!(matches!(pool.workers()[0].state, WorkerState::Gone { .. }));
+    let acc = pool.accounting();
+    assert_eq!((acc.requested, acc.lost), (1, 1));
+    assert!(acc.is_balanced());
+    let _ = Duration::ZERO;
+}

@@ -7,14 +7,22 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod bench;
+pub mod collect;
 pub mod competition;
 mod error;
 pub mod execute;
 pub mod grade;
+pub mod nn;
+pub mod policy;
+pub mod predictor;
 pub mod sandbox;
+pub mod solution;
 pub mod table;
+pub mod train;
 
 pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite, Task};
 pub use error::{Error, Result};
 pub use grade::{Grade, Ladder, Rung, grade, leaderboard_position, position_score};
 pub use sandbox::{Exit, Isolation, Run, RunReport, Sandbox, SandboxConfig};
+pub use train::{ArArm, TrainConfig, TrainReport, train};

@@ -1,0 +1,272 @@
+//! The world model of the AutoResearch track: an outcome predictor that maps
+//! (competition meta-features, solution choice) to the reward ladder's value
+//! without running the code. A candle MLP (meta ++ one-hot -> hidden ->
+//! hidden -> sigmoid), trained by mean squared error on executed solutions of
+//! TRAINING competitions only. Its weights are saved as JSON.
+
+use std::path::Path;
+
+use candle_core::{Device, Tensor, Var};
+use candle_nn::{AdamW, Optimizer, ParamsAdamW};
+use serde::{Deserialize, Serialize};
+
+use crate::competition::N_META;
+use crate::error::{Error, Result, io_err};
+use crate::nn::{Dense, matrix, seeded};
+use crate::solution::{N_OPTIONS, Solution};
+
+/// Input width: meta-features then the solution one-hot.
+pub const N_INPUT: usize = N_META + N_OPTIONS;
+
+/// One executed example.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Example {
+    pub competition: String,
+    pub meta: Vec<f32>,
+    pub solution: Solution,
+    pub reward: f64,
+    pub cpu_secs: f64,
+}
+
+impl Example {
+    pub fn input(&self) -> Vec<f32> {
+        input(&self.meta, &self.solution)
+    }
+}
+
+pub fn input(meta: &[f32], s: &Solution) -> Vec<f32> {
+    let mut v = meta.to_vec();
+    v.extend(s.one_hot());
+    v
+}
+
+/// Training settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PredictorConfig {
+    pub hidden: usize,
+    pub lr: f64,
+    pub epochs: usize,
+    pub weight_decay: f64,
+    pub seed: u64,
+}
+
+impl Default for PredictorConfig {
+    fn default() -> Self {
+        Self {
+            hidden: 64,
+            lr: 0.01,
+            epochs: 600,
+            weight_decay: 1e-3,
+            seed: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Weights {
+    shapes: Vec<Vec<usize>>,
+    values: Vec<Vec<f32>>,
+}
+
+/// The predictor network.
+#[derive(Debug, Clone)]
+pub struct Predictor {
+    layers: [Dense; 3],
+    dev: Device,
+}
+
+impl Predictor {
+    pub fn new(hidden: usize, seed: u64) -> Result<Self> {
+        let dev = Device::Cpu;
+        let mut rng = seeded(seed);
+        Ok(Self {
+            layers: [
+                Dense::new(N_INPUT, hidden, 1.0, &mut rng, &dev)?,
+                Dense::new(hidden, hidden, 1.0, &mut rng, &dev)?,
+                Dense::new(hidden, 1, 1.0, &mut rng, &dev)?,
+            ],
+            dev,
+        })
+    }
+
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.layers[0].forward(x)?.relu()?;
+        let h = self.layers[1].forward(&h)?.relu()?;
+        Ok(candle_nn::ops::sigmoid(&self.layers[2].forward(&h)?)?.squeeze(1)?)
+    }
+
+    /// Fit on `examples`; returns the final training MSE.
+    pub fn train(cfg: &PredictorConfig, examples: &[Example]) -> Result<(Self, f64)> {
+        if examples.is_empty() {
+            return Err(Error::Config("no examples to train the predictor".into()));
+        }
+        let p = Self::new(cfg.hidden, cfg.seed)?;
+        let x = matrix(
+            &examples.iter().map(Example::input).collect::<Vec<_>>(),
+            &p.dev,
+        )?;
+        let y = Tensor::from_vec(
+            examples.iter().map(|e| e.reward as f32).collect::<Vec<_>>(),
+            examples.len(),
+            &p.dev,
+        )?;
+        let vars: Vec<Var> = p.layers.iter().flat_map(Dense::vars).collect();
+        let mut opt = AdamW::new(
+            vars,
+            ParamsAdamW {
+                lr: cfg.lr,
+                weight_decay: cfg.weight_decay,
+                ..Default::default()
+            },
+        )?;
+        let mut mse = f64::NAN;
+        for _ in 0..cfg.epochs {
+            let loss = (p.forward(&x)? - &y)?.sqr()?.mean_all()?;
+            opt.backward_step(&loss)?;
+            mse = loss.to_scalar::<f32>()? as f64;
+        }
+        Ok((p, mse))
+    }
+
+    /// Predicted ladder values for a batch of inputs (one forward pass).
+    pub fn predict(&self, inputs: &[Vec<f32>]) -> Result<Vec<f64>> {
+        if inputs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let x = matrix(inputs, &self.dev)?;
+        Ok(self
+            .forward(&x)?
+            .to_vec1::<f32>()?
+            .into_iter()
+            .map(f64::from)
+            .collect())
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let mut w = Weights {
+            shapes: Vec::new(),
+            values: Vec::new(),
+        };
+        for v in self.layers.iter().flat_map(Dense::vars) {
+            let t = v.as_tensor().flatten_all()?;
+            w.shapes.push(v.as_tensor().dims().to_vec());
+            w.values.push(t.to_vec1()?);
+        }
+        let text = serde_json::to_string(&w).map_err(|source| Error::Json {
+            path: path.into(),
+            source,
+        })?;
+        std::fs::write(path, text).map_err(io_err(path))
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+        let w: Weights = serde_json::from_str(&text).map_err(|source| Error::Json {
+            path: path.into(),
+            source,
+        })?;
+        if w.shapes.len() != 6 || w.shapes[0].first() != Some(&N_INPUT) {
+            return Err(Error::Config(format!(
+                "{}: not a predictor for {N_INPUT} inputs",
+                path.display()
+            )));
+        }
+        let dev = Device::Cpu;
+        let t = |i: usize| -> Result<Var> {
+            Ok(Var::from_tensor(&Tensor::from_vec(
+                w.values[i].clone(),
+                w.shapes[i].as_slice(),
+                &dev,
+            )?)?)
+        };
+        Ok(Self {
+            layers: [
+                Dense { w: t(0)?, b: t(1)? },
+                Dense { w: t(2)?, b: t(3)? },
+                Dense { w: t(4)?, b: t(5)? },
+            ],
+            dev,
+        })
+    }
+}
+
+fn ranks(xs: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..xs.len()).collect();
+    idx.sort_by(|&a, &b| xs[a].total_cmp(&xs[b]));
+    let mut r = vec![0.0; xs.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && xs[idx[j + 1]] == xs[idx[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &idx[i..=j] {
+            r[k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+/// Spearman rank correlation (average ranks for ties); `None` when either
+/// side is constant or the lengths differ.
+pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() != b.len() || a.len() < 2 {
+        return None;
+    }
+    let (ra, rb) = (ranks(a), ranks(b));
+    let n = ra.len() as f64;
+    let (ma, mb) = (ra.iter().sum::<f64>() / n, rb.iter().sum::<f64>() / n);
+    let cov: f64 = ra.iter().zip(&rb).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = ra.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = rb.iter().map(|y| (y - mb).powi(2)).sum();
+    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spearman_handles_ties_and_order() {
+        assert!((spearman(&[1.0, 2.0, 3.0], &[10.0, 20.0, 30.0]).unwrap() - 1.0).abs() < 1e-12);
+        assert!((spearman(&[1.0, 2.0, 3.0], &[3.0, 2.0, 1.0]).unwrap() + 1.0).abs() < 1e-12);
+        assert!(spearman(&[1.0, 1.0], &[1.0, 2.0]).is_none());
+        let r = spearman(&[1.0, 2.0, 2.0, 4.0], &[1.0, 3.0, 2.0, 4.0]).unwrap();
+        assert!(r > 0.9 && r < 1.0);
+    }
+
+    #[test]
+    fn predictor_learns_a_rule_and_round_trips() {
+        // Reward high when the model slot is "forest" (one-hot index 8+4).
+        let ex: Vec<Example> = (0..64)
+            .map(|i| {
+                let s = Solution::new([i % 4, (i / 4) % 4, i % 7, i % 3, 0, 0]).unwrap();
+                Example {
+                    competition: "t".into(),
+                    meta: vec![0.3; N_META],
+                    solution: s,
+                    reward: if i % 7 == 4 { 0.9 } else { 0.3 },
+                    cpu_secs: 1.0,
+                }
+            })
+            .collect();
+        let (p, mse) = Predictor::train(
+            &PredictorConfig {
+                epochs: 300,
+                ..Default::default()
+            },
+            &ex,
+        )
+        .unwrap();
+        assert!(mse < 0.01, "mse {mse}");
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("p.json");
+        p.save(&path).unwrap();
+        let q = Predictor::load(&path).unwrap();
+        let xs: Vec<Vec<f32>> = ex.iter().map(Example::input).collect();
+        assert_eq!(p.predict(&xs).unwrap(), q.predict(&xs).unwrap());
+    }
+}

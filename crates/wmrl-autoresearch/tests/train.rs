@@ -1,0 +1,72 @@
+//! A tiny end-to-end run of each arm: policy samples, sandbox executions or
+//! predictor scores through wmrl-core, GRPO updates, held-out evaluation.
+#![allow(clippy::unwrap_used)]
+
+use wmrl_autoresearch::collect::{collect, evaluate_predictor};
+use wmrl_autoresearch::competition::default_suite_dir;
+use wmrl_autoresearch::execute::Executor;
+use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
+use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
+
+#[test]
+fn each_arm_runs_end_to_end_and_spends_what_it_should() {
+    let suite = Suite::load(&default_suite_dir()).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let ex = Executor::new(
+        Sandbox::new(SandboxConfig::default()).unwrap(),
+        Ladder::default(),
+    )
+    .with_cache(&cache.path().join("cache.jsonl"))
+    .unwrap();
+    let data = collect(&suite, &ex, Split::Train, 1, 3).unwrap();
+    assert_eq!(data.len(), suite.indices(Split::Train).len());
+    assert!(
+        data.iter()
+            .all(|e| e.cpu_secs > 0.0 && (0.0..=1.0).contains(&e.reward))
+    );
+    let (pred, _) = Predictor::train(
+        &PredictorConfig {
+            epochs: 50,
+            ..Default::default()
+        },
+        &data,
+    )
+    .unwrap();
+    assert_eq!(evaluate_predictor(&pred, &data).unwrap().n, data.len());
+    let cfg = TrainConfig {
+        steps: 2,
+        groups_per_step: 2,
+        group_size: 2,
+        eval_every: 0,
+        eval_samples: 1,
+        ..Default::default()
+    };
+    for arm in ArArm::ALL {
+        let r = train(&cfg, arm, 7, &suite, &ex, Some(&pred), None).unwrap();
+        assert_eq!(r.evals.len(), 2, "{arm:?}");
+        assert_eq!(r.steps.len(), 2);
+        let l = &r.ledger;
+        match arm {
+            ArArm::Real => {
+                assert_eq!(l.real_executions, 8);
+                assert_eq!(l.wm_rollouts, 0);
+                assert!(l.real_cpu_seconds > 0.0);
+            }
+            ArArm::Wm => {
+                assert_eq!(l.real_executions, 0);
+                assert_eq!(l.real_cpu_seconds, 0.0);
+                assert_eq!(l.wm_rollouts, 8);
+            }
+            ArArm::Wmrl => {
+                // anchor fraction 0.1 of 2 groups -> the minimum, 1 group of 2.
+                assert_eq!(l.real_executions, 4);
+                assert_eq!(l.wm_rollouts, 8);
+            }
+        }
+        assert!(
+            r.evals
+                .iter()
+                .all(|e| (0.0..=1.0).contains(&e.heldout_position))
+        );
+    }
+}

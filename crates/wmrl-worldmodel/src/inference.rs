@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use ort::session::Session;
-use ort::value::{Tensor, TensorElementType, ValueType};
+use ort::value::{TensorElementType, TensorRef, ValueType};
 use serde::{Deserialize, Serialize};
 use wmrl_env::Frame;
 
@@ -188,16 +188,24 @@ impl WorldModel {
     /// success)`, each `b * T` values.
     pub fn run_raw(
         &mut self,
-        frames: Vec<f32>,
-        tokens: Vec<i64>,
+        frames: &[f32],
+        tokens: &[i64],
         b: usize,
         (h, w): (usize, usize),
     ) -> Result<(Vec<f32>, Vec<f32>)> {
         let (t, l) = (self.shape.num_frames, self.shape.instruction_len);
+        if frames.len() != b * t * 3 * h * w || tokens.len() != b * l {
+            return Err(WmError::Config(format!(
+                "run_raw: {} frame values and {} tokens do not fit [{b}, {t}, 3, {h}, {w}] and [{b}, {l}]",
+                frames.len(),
+                tokens.len()
+            )));
+        }
         let inf = |e: ort::Error| WmError::Inference(e.to_string());
-        let fshape = vec![b as i64, t as i64, 3, h as i64, w as i64];
-        let frames_t = Tensor::from_array((fshape, frames)).map_err(inf)?;
-        let tokens_t = Tensor::from_array((vec![b as i64, l as i64], tokens)).map_err(inf)?;
+        let fshape = [b, t, 3, h, w];
+        // Views, not copies: ONNX Runtime reads the caller's buffers.
+        let frames_t = TensorRef::from_array_view((fshape, frames)).map_err(inf)?;
+        let tokens_t = TensorRef::from_array_view(([b, l], tokens)).map_err(inf)?;
         let outputs = self
             .session
             .run(ort::inputs![INPUT_FRAMES => frames_t, INPUT_INSTRUCTION => tokens_t])
@@ -254,7 +262,7 @@ impl WorldModel {
                 }
                 tokens.extend(wmrl_env::text::byte_tokens(r.instruction, l));
             }
-            let (p, s) = self.run_raw(frames, tokens, b, hw)?;
+            let (p, s) = self.run_raw(&frames, &tokens, b, hw)?;
             for i in 0..chunk.len() {
                 let pp = p[i * t..(i + 1) * t].to_vec();
                 let ss = s[i * t..(i + 1) * t].to_vec();

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod net;
 pub mod onnx_proto;
 pub mod parity;
+pub mod quality;
 pub mod runtime;
 pub mod synthetic;
 pub mod train;
@@ -34,3 +35,11 @@ pub use export::export_onnx;
 pub use inference::{ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig};
 pub use net::{NetConfig, ProgressNet};
 pub use runtime::runtime_available;
+
+/// A Python helper shipped with this crate (`python/<name>`), e.g.
+/// `parity.py` or `bench.py`.
+pub fn python_script(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join(name)
+}

@@ -65,6 +65,14 @@ pub fn find_library() -> std::result::Result<PathBuf, Vec<String>> {
     Err(looked)
 }
 
+/// The directory `scripts/setup` installs the onnxruntime wheel into (for
+/// `PYTHONPATH` when running the Python helpers).
+pub fn python_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(".cache/onnxruntime")
+}
+
 /// Whether the library can be found (tests skip with a reason when not).
 pub fn runtime_available() -> bool {
     find_library().is_ok()

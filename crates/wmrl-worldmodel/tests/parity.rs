@@ -31,7 +31,7 @@ fn exported_onnx_matches_candle() {
     let batch = 3;
     let fx = parity::fixture(&net, batch).unwrap();
     let (frames, tokens, _) = parity::inputs(&cfg, batch);
-    let (p, s) = wm.run_raw(frames, tokens, batch, (16, 16)).unwrap();
+    let (p, s) = wm.run_raw(&frames, &tokens, batch, (16, 16)).unwrap();
     let max_diff = p
         .iter()
         .zip(&fx.progress)

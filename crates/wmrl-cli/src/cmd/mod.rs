@@ -4,5 +4,6 @@ pub mod bench;
 pub mod episodes;
 pub mod eval;
 pub mod sft;
+pub mod wm;
 pub mod train;
 pub mod wm;

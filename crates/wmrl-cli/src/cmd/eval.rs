@@ -87,8 +87,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The environment evaluation runs in.
+/// The environment evaluation runs in: the embedded simulator, `num_envs`
+/// instances stepped in parallel.
 fn make_env(num_envs: usize) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
-    let _ = num_envs;
-    anyhow::bail!("the embedded simulator (wmrl-sim) is not wired into `wmrl eval` yet")
+    let env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), num_envs.max(1))?;
+    Ok(Box::new(env))
 }

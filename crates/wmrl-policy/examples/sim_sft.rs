@@ -1,0 +1,61 @@
+//! SFT of a preset on demonstrations, then evaluation on the embedded
+//! simulator: the same library calls as `wmrl sft` + `wmrl eval`, in one
+//! small binary for tuning the demo count without building the whole CLI.
+//!
+//! `cargo run --release -p wmrl-policy --example sim_sft -- DEMOS OUT STEPS [MAX_EPISODES] [PRESET] [EVAL_ENVS]`
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use wmrl_policy::candle::{DType, Device};
+use wmrl_policy::{EvalConfig, Policy, PolicyConfig, SftConfig, SftDataset, evaluate, train_sft};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let a: Vec<String> = std::env::args().collect();
+    let demos = PathBuf::from(
+        a.get(1)
+            .ok_or("usage: DEMOS OUT STEPS [MAX_EPISODES] [PRESET] [EVAL_ENVS]")?,
+    );
+    let out = PathBuf::from(a.get(2).ok_or("OUT")?);
+    let steps: usize = a.get(3).ok_or("STEPS")?.parse()?;
+    let max_eps: Option<usize> = a.get(4).map(|s| s.parse()).transpose()?.filter(|&n| n > 0);
+    let preset = a.get(5).map(String::as_str).unwrap_or("tiny");
+    let n_envs: usize = a.get(6).map(|s| s.parse()).transpose()?.unwrap_or(34);
+    let mut cfg = PolicyConfig::preset(preset)?;
+    let first =
+        wmrl_env::read_episode(wmrl_env::list_episodes(&demos)?.first().ok_or("no demos")?)?;
+    cfg.proprio_dim = first.steps[0].proprio.len();
+    let t0 = Instant::now();
+    let data = SftDataset::from_dir(&cfg, &demos, max_eps, false)?;
+    println!(
+        "loaded {} episodes, {} samples in {:.1}s",
+        data.n_episodes,
+        data.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    let (m, s) = data.proprio_stats(cfg.proprio_dim);
+    cfg.proprio_mean = m;
+    cfg.proprio_std = s;
+    let policy = Policy::new(cfg, &Device::Cpu, DType::F32)?;
+    let mut scfg = SftConfig {
+        steps,
+        ..SftConfig::default()
+    };
+    scfg.optim.total_steps = steps;
+    let rep = train_sft(&policy, &data, &scfg, &out, true, true)?;
+    println!("{}", serde_json::to_string(&rep)?);
+    let mut env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), n_envs)?;
+    let ecfg = EvalConfig {
+        gif_dir: Some(out.join("eval/gifs")),
+        ..EvalConfig::default()
+    };
+    let report = evaluate(&policy, &mut env, &ecfg)?;
+    std::fs::create_dir_all(out.join("eval"))?;
+    report.write_json(&out.join("eval/eval.json"))?;
+    print!("{}", report.table());
+    println!(
+        "eval: {} policy calls, {} env steps, {:.1}s",
+        report.policy_calls, report.env_steps, report.wall_secs
+    );
+    Ok(())
+}

@@ -4,7 +4,13 @@
 //! A REQ socket whose request timed out cannot send again, so a failed
 //! worker's socket is dropped (linger 0) and a fresh one is made for every
 //! reconnect probe. A late reply to a dropped socket is discarded by ZeroMQ.
+//!
+//! Each REQ socket has a ZeroMQ monitor: when the TCP connection to a worker
+//! drops (the worker process died, even by SIGKILL), the pending request
+//! fails at once instead of waiting for the timeout. A worker whose machine
+//! vanishes without closing the connection is caught by the timeout.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use wmrl_env::EnvSpec;
@@ -30,7 +36,7 @@ pub(crate) enum Health {
 
 pub(crate) struct Worker {
     pub endpoint: String,
-    pub socket: Option<zmq::Socket>,
+    pub socket: Option<Conn>,
     pub health: Health,
     pub num_envs: usize,
     pub server_id: u64,
@@ -48,14 +54,59 @@ pub(crate) enum Outcome {
     Failed(String),
 }
 
-fn new_socket(context: &zmq::Context, endpoint: &str) -> Result<zmq::Socket, String> {
-    let s = context.socket(zmq::REQ).map_err(|e| e.to_string())?;
-    s.set_linger(0)
-        .and_then(|()| s.set_reconnect_ivl(100))
-        .and_then(|()| s.set_reconnect_ivl_max(1000))
-        .and_then(|()| s.connect(endpoint))
-        .map_err(|e| format!("connect {endpoint}: {e}"))?;
-    Ok(s)
+/// A REQ socket and the monitor that reports its connection drops.
+pub(crate) struct Conn {
+    pub req: zmq::Socket,
+    monitor: zmq::Socket,
+    /// The connection dropped and has not been re-established.
+    broken: bool,
+}
+
+impl Conn {
+    /// Read pending monitor events; returns whether the connection is lost.
+    fn lost(&mut self) -> bool {
+        while let Ok(parts) = self.monitor.recv_multipart(zmq::DONTWAIT) {
+            if let Some(ev) = parts.first().and_then(|p| p.get(..2)) {
+                let event = u16::from_le_bytes([ev[0], ev[1]]);
+                if event == zmq::SocketEvent::DISCONNECTED.to_raw() {
+                    self.broken = true;
+                } else if event == zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw() {
+                    self.broken = false;
+                }
+            }
+        }
+        self.broken
+    }
+}
+
+static MONITORS: AtomicU64 = AtomicU64::new(0);
+
+fn new_socket(context: &zmq::Context, endpoint: &str) -> Result<Conn, String> {
+    let err = |e: zmq::Error| format!("connect {endpoint}: {e}");
+    let req = context.socket(zmq::REQ).map_err(err)?;
+    let addr = format!(
+        "inproc://wmrl-bridge-monitor-{}-{}",
+        std::process::id(),
+        MONITORS.fetch_add(1, Ordering::Relaxed)
+    );
+    let events = zmq::SocketEvent::DISCONNECTED.to_raw() as i32
+        | zmq::SocketEvent::HANDSHAKE_SUCCEEDED.to_raw() as i32;
+    req.monitor(&addr, events).map_err(err)?;
+    let monitor = context.socket(zmq::PAIR).map_err(err)?;
+    monitor
+        .set_linger(0)
+        .and_then(|()| monitor.connect(&addr))
+        .map_err(err)?;
+    req.set_linger(0)
+        .and_then(|()| req.set_reconnect_ivl(100))
+        .and_then(|()| req.set_reconnect_ivl_max(1000))
+        .and_then(|()| req.connect(endpoint))
+        .map_err(err)?;
+    Ok(Conn {
+        req,
+        monitor,
+        broken: false,
+    })
 }
 
 impl Worker {
@@ -93,8 +144,11 @@ impl Worker {
 
     /// Send on the live socket. Errors mean the worker is unusable.
     pub fn send(&mut self, header: &RequestHeader) -> Result<(), String> {
-        let socket = self.socket.as_ref().ok_or("no socket")?;
-        socket
+        let conn = self.socket.as_mut().ok_or("no socket")?;
+        if conn.lost() {
+            return Err("connection lost".into());
+        }
+        conn.req
             .send(encode_header(header), zmq::DONTWAIT)
             .map_err(|e| format!("send: {e}"))
     }
@@ -154,7 +208,7 @@ impl Worker {
         else {
             return None;
         };
-        let socket = self.socket.as_ref()?;
+        let socket = &self.socket.as_ref()?.req;
         match socket.poll(zmq::POLLIN, 0) {
             Ok(n) if n > 0 => {
                 let reply = socket
@@ -232,12 +286,16 @@ pub(crate) fn exchange(
         if left.is_zero() {
             break;
         }
-        let ready: Vec<bool> = {
-            let mut items: Vec<zmq::PollItem> = Vec::with_capacity(waiting.len());
+        // Two poll items per worker: its REQ socket and its monitor.
+        let ready: Vec<(bool, bool)> = {
+            let mut items: Vec<zmq::PollItem> = Vec::with_capacity(2 * waiting.len());
             let mut ok = true;
             for (i, _) in &waiting {
                 match workers[out[*i].0].socket.as_ref() {
-                    Some(s) => items.push(s.as_poll_item(zmq::POLLIN)),
+                    Some(c) => {
+                        items.push(c.req.as_poll_item(zmq::POLLIN));
+                        items.push(c.monitor.as_poll_item(zmq::POLLIN));
+                    }
                     None => ok = false,
                 }
             }
@@ -248,16 +306,30 @@ pub(crate) fn exchange(
             if polled.is_err() {
                 break;
             }
-            items.iter().map(zmq::PollItem::is_readable).collect()
+            items
+                .chunks(2)
+                .map(|c| (c[0].is_readable(), c[1].is_readable()))
+                .collect()
         };
         let mut still = Vec::with_capacity(waiting.len());
-        for ((i, id), is_ready) in waiting.into_iter().zip(ready) {
+        for ((i, id), (is_ready, has_event)) in waiting.into_iter().zip(ready) {
             if !is_ready {
-                still.push((i, id));
+                let w = &mut workers[out[i].0];
+                if has_event && w.socket.as_mut().is_some_and(Conn::lost) {
+                    out[i].1 = Some(Outcome::Failed(
+                        "connection lost while waiting for the reply".into(),
+                    ));
+                } else {
+                    still.push((i, id));
+                }
                 continue;
             }
             let w = &workers[out[i].0];
-            let outcome = match w.socket.as_ref().map(|s| s.recv_multipart(zmq::DONTWAIT)) {
+            let outcome = match w
+                .socket
+                .as_ref()
+                .map(|s| s.req.recv_multipart(zmq::DONTWAIT))
+            {
                 Some(Ok(parts)) => match decode_reply_header(&parts) {
                     Ok(h) if h.id != id => {
                         Outcome::Failed(format!("reply id {} for request {id}", h.id))

@@ -82,7 +82,12 @@ fn kill_9_mid_step_restarts_episodes_and_the_worker_rejoins() {
     let b = common::spawn_test_server("tcp://127.0.0.1:*", &["--envs", "2", "--sleep-ms", "150"]);
     let c = common::spawn_test_server("tcp://127.0.0.1:*", &["--envs", "2", "--sleep-ms", "150"]);
     let endpoints = [fixed.clone(), b.endpoint.clone(), c.endpoint.clone()];
-    let mut pool = BridgePool::connect(&endpoints, fast_config(4)).unwrap();
+    // A long timeout: the death must be noticed from the dropped connection.
+    let config = PoolConfig {
+        request_timeout_ms: 20_000,
+        ..fast_config(4)
+    };
+    let mut pool = BridgePool::connect(&endpoints, config).unwrap();
     let on_victim = pool.workers()[0].bound_slots;
     assert!(on_victim > 0, "round-robin placed slots on every worker");
 
@@ -99,8 +104,14 @@ fn kill_9_mid_step_restarts_episodes_and_the_worker_rejoins() {
             .args(["-9", &pid.to_string()])
             .status();
     });
+    let t0 = std::time::Instant::now();
     let results = caller.step(&mut pool);
+    let took = t0.elapsed();
     killer.join().unwrap();
+    assert!(
+        took < Duration::from_secs(10),
+        "the kill was noticed before the 20 s timeout ({took:?})"
+    );
     victim.kill9();
     assert_eq!(results.len(), 4);
     assert_eq!(

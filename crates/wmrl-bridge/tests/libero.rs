@@ -48,6 +48,69 @@ fn is_informative(f: &Frame) -> bool {
     distinct > 32 && mean > 5.0 && mean < 250.0
 }
 
+/// The Python server answers bad input with the same typed errors as the
+/// Rust one (all checked before any environment is built).
+fn check_bad_input(endpoint: &str, after_reset: bool) {
+    use wmrl_bridge::protocol::{
+        ErrorKind, Op, PROTOCOL_VERSION, RequestHeader, WireAction, WireReset, decode_reply_header,
+        encode_header,
+    };
+    let ctx = zmq::Context::new();
+    let s = ctx.socket(zmq::REQ).unwrap();
+    s.set_linger(0).unwrap();
+    s.set_rcvtimeo(30_000).unwrap();
+    s.connect(endpoint).unwrap();
+    let ask = |parts: Vec<Vec<u8>>| {
+        s.send_multipart(parts, 0).unwrap();
+        let r = decode_reply_header(&s.recv_multipart(0).unwrap()).unwrap();
+        assert!(!r.ok);
+        r.error.unwrap().kind
+    };
+    let head = |op| RequestHeader {
+        v: PROTOCOL_VERSION,
+        id: 1,
+        op,
+        resets: vec![],
+        actions: vec![],
+    };
+    assert_eq!(ask(vec![b"\xc1garbage".to_vec()]), ErrorKind::BadMessage);
+    let mut reset = head(Op::Reset);
+    reset.resets.push(WireReset {
+        slot: 0,
+        task: 0,
+        init_state: 0,
+        seed: 0,
+    });
+    let bytes = encode_header(&reset);
+    assert_eq!(
+        ask(vec![bytes[..bytes.len() - 3].to_vec()]),
+        ErrorKind::BadMessage
+    );
+    let mut v2 = reset.clone();
+    v2.v = 2;
+    assert_eq!(ask(vec![encode_header(&v2)]), ErrorKind::Version);
+    let mut bad = reset.clone();
+    bad.resets[0].task = 10;
+    assert_eq!(ask(vec![encode_header(&bad)]), ErrorKind::UnknownTask);
+    bad.resets[0].task = 0;
+    bad.resets[0].init_state = 50;
+    assert_eq!(ask(vec![encode_header(&bad)]), ErrorKind::UnknownInitState);
+    let mut step = head(Op::Step);
+    step.actions.push(WireAction {
+        slot: 0,
+        action: vec![0.0; 7],
+    });
+    if !after_reset {
+        assert_eq!(ask(vec![encode_header(&step)]), ErrorKind::NotReset);
+    }
+    if after_reset {
+        step.actions[0].action = vec![0.0; 3];
+        assert_eq!(ask(vec![encode_header(&step)]), ErrorKind::BadAction);
+        step.actions[0].action = vec![f32::NAN; 7];
+        assert_eq!(ask(vec![encode_header(&step)]), ErrorKind::BadAction);
+    }
+}
+
 #[test]
 #[ignore = "needs the LIBERO venv (scripts/setup.d/30-libero.sh); run by scripts/checks.d/30-libero.sh"]
 fn real_libero_through_the_pool() {
@@ -59,6 +122,7 @@ fn real_libero_through_the_pool() {
         give_up_after_ms: 3_000,
         ..PoolConfig::default()
     };
+    check_bad_input(&server.endpoint, false);
     let mut pool = BridgePool::connect(&[server.endpoint.as_str()], config).unwrap();
     let spec = pool.spec().clone();
     assert_eq!(spec.suite, "libero_10");
@@ -112,13 +176,21 @@ fn real_libero_through_the_pool() {
     let steps_per_s = 20.0 / t1.elapsed().as_secs_f64();
     println!("20 steps: {steps_per_s:.1} steps/s through the bridge");
     let last = last.unwrap();
+    // Bad actions on a live slot: typed errors, and the episode goes on.
+    check_bad_input(&server.endpoint, true);
+    assert!(!pool.step(&[(0, vec![0.0; 7])]).unwrap()[0].done);
     assert!(pool.take_restarts().is_empty());
     // The arm moved: the wrist view changed.
     assert_ne!(first[1], last.obs.frames[1]);
 
     // Kill the server: the pool reports the worker, then gives up on it.
     server.kill9();
+    let t2 = Instant::now();
     let err = pool.step(&[(0, vec![0.0; 7])]).expect_err("server is gone");
+    println!(
+        "killed server reported gone after {:.2} s (give_up_after 3 s)",
+        t2.elapsed().as_secs_f64()
+    );
     assert!(matches!(err, EnvError::NoWorkers(_)), "{err}");
     assert!(
         pool.events()

@@ -32,6 +32,8 @@ enum Command {
     /// Every arm over several seeds, then report.md with intervals, the label
     /// and compute ledger, and plots.
     Bench(cmd::bench::Args),
+    /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
+    ServeSim(cmd::serve_sim::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -50,5 +52,6 @@ fn main() -> anyhow::Result<()> {
         Command::Wm(args) => cmd::wm::run(args),
         Command::Train(args) => cmd::train::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::ServeSim(args) => cmd::serve_sim::run(args),
     }
 }

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod episodes;
 pub mod eval;
+pub mod serve_sim;
 pub mod sft;
 pub mod wm;
 pub mod train;

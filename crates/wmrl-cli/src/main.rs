@@ -18,6 +18,12 @@ enum Command {
     /// List the episodes in a directory written by `wmrl demos` or a rollout
     /// dump: task, length, success, final progress.
     Episodes(cmd::episodes::Args),
+    /// Scripted-expert demonstrations from the embedded simulator, written as
+    /// episode files (`--tasks all --per-task N --out DIR [--noise S]`).
+    Demos(cmd::demos::Args),
+    /// Embedded simulator speed per task (physics only and with both cameras)
+    /// and memory per instance.
+    BenchSim(cmd::bench_sim::Args),
     /// Behaviour-clone a policy preset on demonstrations (`--check` builds a
     /// preset and times one forward pass).
     Sft(cmd::sft::Args),
@@ -47,6 +53,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Episodes(args) => cmd::episodes::run(args),
+        Command::Demos(args) => cmd::demos::run(args),
+        Command::BenchSim(args) => cmd::bench_sim::run(args),
         Command::Sft(args) => cmd::sft::run(args),
         Command::Eval(args) => cmd::eval::run(args),
         Command::Wm(args) => cmd::wm::run(args),

@@ -139,11 +139,16 @@ impl Expert {
             };
             return track(world, target, yaw, -1.0, cfg);
         }
-        if g.closure > 0.0 && (g.pos - grasp).length() > 0.008 {
+        // Close when at the grasp point; once closing, keep closing while the
+        // hand stays near it (hysteresis against noisy actions).
+        let err = (g.pos - grasp).length();
+        if g.closure > 0.0 && err < 0.025 {
+            return track(world, grasp, yaw, 1.0, cfg);
+        }
+        if g.closure > 0.0 {
             return track(world, Vec3::new(grasp.x, grasp.y, g.pos.z), yaw, -1.0, cfg);
         }
-        let close = (g.pos - grasp).length() < 0.008;
-        track(world, grasp, yaw, if close { 1.0 } else { -1.0 }, cfg)
+        track(world, grasp, yaw, if err < 0.01 { 1.0 } else { -1.0 }, cfg)
     }
 
     fn carry(
@@ -213,7 +218,7 @@ impl Expert {
             return track(world, lift_or_go(p), yaw, 1.0, cfg);
         }
         let t = Vec3::new(p.x + off.x, p.y + off.y, place_bottom + drop);
-        let release = (bottom - place_bottom).abs() < 0.006;
+        let release = (bottom - place_bottom).abs() < 0.01;
         track(world, t, yaw, if release { -1.0 } else { 1.0 }, cfg)
     }
 

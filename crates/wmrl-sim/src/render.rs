@@ -15,7 +15,7 @@ const HAND: [u8; 3] = [60, 60, 66];
 const SKY_TOP: [u8; 3] = [150, 160, 175];
 const SKY_BOTTOM: [u8; 3] = [70, 72, 80];
 /// Top of the drawn forearm above the grasp point (m).
-const FOREARM_TOP: f32 = 0.16;
+const FOREARM_TOP: f32 = 0.13;
 
 #[derive(Debug, Clone, Copy)]
 enum Owner {
@@ -99,10 +99,10 @@ impl Renderer {
         meshes.push(Mesh::cuboid([0.045, 0.022, 0.012]));
         let palm_mesh = meshes.len() - 1;
         let agent_cam = Camera::look_at(
-            Vec3::new(0.0, -0.5, 0.55),
-            Vec3::new(0.0, 0.04, 0.0),
+            Vec3::new(0.0, -0.48, 0.52),
+            Vec3::new(0.0, 0.07, 0.0),
             Vec3::Z,
-            50f32.to_radians(),
+            54f32.to_radians(),
             size as u32,
         );
         Self {
@@ -185,7 +185,7 @@ impl Renderer {
         let wrist_top = gp.transform_point(Vec3::new(0.0, 0.0, FINGER_ABOVE + 0.024));
         let elbow = gp.transform_point(Vec3::new(0.0, 0.0, FOREARM_TOP));
         let (rot, mid, len) = segment(wrist_top, elbow);
-        let fore = scale_box(&self.meshes[self.unit_box], Vec3::new(0.03, 0.03, len));
+        let fore = scale_box(&self.meshes[self.unit_box], Vec3::new(0.024, 0.024, len));
         agent.draw(&agent_cam, &fore, rot, mid, ARM, ARM);
         self.agent = agent;
         self.wrist = wrist;

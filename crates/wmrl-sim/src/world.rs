@@ -43,7 +43,7 @@ const MAX_TILT: f32 = 0.5;
 pub const WORKSPACE_LO: [f32; 3] = [-0.42, -0.35, 0.022];
 pub const WORKSPACE_HI: [f32; 3] = [0.42, 0.38, 0.45];
 /// Where every episode starts the grasp point.
-pub const HOME: [f32; 3] = [0.0, -0.24, 0.28];
+pub const HOME: [f32; 3] = [0.0, -0.34, 0.17];
 
 /// One object of the scene in the physics world.
 #[derive(Debug, Clone)]

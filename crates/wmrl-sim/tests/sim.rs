@@ -335,3 +335,21 @@ fn vec_env_steps_slots_independently() {
     assert_eq!(r.len(), 2);
     assert!(r.iter().all(|s| !s.done && !s.truncated));
 }
+
+#[test]
+fn expert_episode_round_trips_through_the_episode_format() {
+    let mut env = TabletopEnv::new(small()).expect("env");
+    let ep = wmrl_sim::record_expert_episode(&mut env, 5, 1, 0.0, 9).expect("episode");
+    assert!(ep.success && ep.final_progress == Some(1.0));
+    assert_eq!(ep.instruction, LIBERO_10[5]);
+    assert!(ep.steps.len() > 10 && ep.steps.len() < env.config().max_steps);
+    assert_eq!(ep.steps[0].progress, Some(0.0));
+    assert!(
+        ep.steps
+            .iter()
+            .all(|s| s.frames.len() == 2 && s.action.len() == 7)
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = wmrl_env::write_episode(dir.path(), 0, &ep).expect("write");
+    assert_eq!(wmrl_env::read_episode(&path).expect("read"), ep);
+}

@@ -1,6 +1,8 @@
 //! One module per subcommand: `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
 pub mod bench;
+pub mod bench_sim;
+pub mod demos;
 pub mod episodes;
 pub mod eval;
 pub mod serve_sim;

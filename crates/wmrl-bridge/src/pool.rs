@@ -351,7 +351,17 @@ impl BridgePool {
         let mut obs: Vec<Option<Observation>> = vec![None; requests.len()];
         let mut pending: Vec<usize> = (0..requests.len()).collect();
         let timeout = Duration::from_millis(self.config.request_timeout_ms);
+        // A worker that answers handshakes but fails every reset must not
+        // keep the pool busy forever.
+        let max_rounds = 3 * self.workers.len() + 3;
+        let mut rounds = 0;
         while !pending.is_empty() {
+            rounds += 1;
+            if rounds > max_rounds {
+                return Err(EnvError::NoWorkers(format!(
+                    "resets kept failing on every worker ({max_rounds} rounds)"
+                )));
+            }
             let slots: Vec<usize> = pending.iter().map(|&k| requests[k].0).collect();
             self.place_all(&slots)?;
             let mut by_worker: Vec<(usize, Vec<usize>)> = Vec::new();
@@ -464,7 +474,12 @@ impl BridgePool {
             let to_worker = s.place.map_or(usize::MAX, |p| p.0);
             let reason = self.workers.get(from_worker).map_or_else(
                 || "worker failed".into(),
-                |w| format!("worker {} down", w.endpoint),
+                |w| match &w.health {
+                    Health::Down { reason, .. } | Health::Gone { reason } => {
+                        format!("worker {} down: {reason}", w.endpoint)
+                    }
+                    Health::Up => format!("worker {} failed", w.endpoint),
+                },
             );
             self.accounting.restarts += 1;
             self.restarts.push(SlotRestart {

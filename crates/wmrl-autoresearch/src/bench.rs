@@ -162,3 +162,173 @@ mod tests {
         assert!(mean_ci95(&[1.0]).1.is_nan());
     }
 }
+
+/// Settings of the full benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BenchConfig {
+    pub seeds: u64,
+    /// Random solutions executed per competition for the predictor's data.
+    pub per_competition: usize,
+    pub train: crate::train::TrainConfig,
+    pub predictor: crate::predictor::PredictorConfig,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            seeds: 3,
+            per_competition: 24,
+            train: Default::default(),
+            predictor: Default::default(),
+        }
+    }
+}
+
+/// Everything the benchmark measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchResult {
+    pub config: BenchConfig,
+    pub summary: Vec<ArmSummary>,
+    pub reports: Vec<TrainReport>,
+    pub predictor_train: crate::collect::PredictorEval,
+    pub predictor_heldout: crate::collect::PredictorEval,
+    /// Sandbox CPU seconds of the predictor's training data (paid once,
+    /// shared by `wm` and `wmrl`; not part of any arm's training cost).
+    pub predictor_data_cpu_secs: f64,
+    /// `real` over `wmrl` mean training sandbox CPU seconds.
+    pub cpu_ratio_real_over_wmrl: Option<f64>,
+    /// Paired by seed: `wmrl - real` final held-out position, mean and 95% half-width.
+    pub wmrl_minus_real: Option<(f64, f64)>,
+}
+
+impl BenchResult {
+    /// The summary as a plain-text table.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{:<6} {:>5} {:>24} {:>26} {:>10} {:>10}\n",
+            "arm", "seeds", "held-out position", "train sandbox CPU-s", "execs", "wm scores"
+        );
+        for a in &self.summary {
+            s += &format!(
+                "{:<6} {:>5} {:>8.3} ± {:<6.3}(from {:.3}) {:>12.1} ± {:<11.1} {:>10.0} {:>10.0}\n",
+                a.arm.name(),
+                a.seeds,
+                a.position_mean,
+                a.position_ci95,
+                a.initial_position_mean,
+                a.train_cpu_secs_mean,
+                a.train_cpu_secs_ci95,
+                a.executions_mean,
+                a.wm_rollouts_mean
+            );
+        }
+        if let Some(r) = self.cpu_ratio_real_over_wmrl {
+            s += &format!("real / wmrl training sandbox CPU: {r:.2}x\n");
+        }
+        if let Some((m, h)) = self.wmrl_minus_real {
+            s += &format!(
+                "wmrl - real final held-out position (paired by seed): {m:+.3} ± {h:.3}\n"
+            );
+        }
+        let f = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+        s += &format!(
+            "predictor Spearman, held-out competitions: pooled {} / within-competition mean {} (n={}); training competitions: pooled {}\n",
+            f(self.predictor_heldout.spearman_pooled),
+            f(self.predictor_heldout.spearman_within_mean),
+            self.predictor_heldout.n,
+            f(self.predictor_train.spearman_pooled)
+        );
+        s += &format!(
+            "predictor data (once, shared by wm and wmrl): {:.1} sandbox CPU-s\n",
+            self.predictor_data_cpu_secs
+        );
+        s
+    }
+}
+
+/// Collect predictor data, fit the predictor, train every arm for every seed,
+/// write `bench.json`, per-run JSONL metrics and the PNG into `out`.
+pub fn run_bench(
+    cfg: &BenchConfig,
+    suite: &crate::Suite,
+    ex: &crate::execute::Executor,
+    out: &Path,
+) -> Result<BenchResult> {
+    use crate::collect::{collect, evaluate_predictor, write_examples};
+    use crate::competition::Split;
+    std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
+    let train_data = collect(suite, ex, Split::Train, cfg.per_competition, 1000)?;
+    let held_data = collect(suite, ex, Split::Heldout, cfg.per_competition, 2000)?;
+    write_examples(&out.join("predictor_train.jsonl"), &train_data)?;
+    write_examples(&out.join("predictor_heldout.jsonl"), &held_data)?;
+    let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
+    let (pred, mse) = crate::predictor::Predictor::train(&cfg.predictor, &train_data)?;
+    pred.save(&out.join("predictor.json"))?;
+    let predictor_train = evaluate_predictor(&pred, &train_data)?;
+    let predictor_heldout = evaluate_predictor(&pred, &held_data)?;
+    tracing::info!(
+        mse,
+        ?predictor_heldout,
+        "predictor fitted on training competitions"
+    );
+    let mut reports = Vec::new();
+    for seed in 0..cfg.seeds {
+        for arm in ArArm::ALL {
+            let r = crate::train::train(
+                &cfg.train,
+                arm,
+                seed,
+                suite,
+                ex,
+                Some(&pred),
+                Some(&out.join(format!("{}_seed{seed}.jsonl", arm.name()))),
+            )?;
+            tracing::info!(
+                arm = arm.name(),
+                seed,
+                position = r.final_position(),
+                cpu = r.ledger.real_cpu_seconds,
+                "run done"
+            );
+            reports.push(r);
+        }
+    }
+    let summary = summarize(&reports);
+    let get = |arm| summary.iter().find(|a| a.arm == arm);
+    let cpu_ratio_real_over_wmrl = match (get(ArArm::Real), get(ArArm::Wmrl)) {
+        (Some(r), Some(w)) if w.train_cpu_secs_mean > 0.0 => {
+            Some(r.train_cpu_secs_mean / w.train_cpu_secs_mean)
+        }
+        _ => None,
+    };
+    let diffs: Vec<f64> = (0..cfg.seeds)
+        .filter_map(|sd| {
+            let f = |arm| {
+                reports
+                    .iter()
+                    .find(|x: &&TrainReport| x.arm == arm && x.seed == sd)
+                    .map(|x| x.final_position())
+            };
+            Some(f(ArArm::Wmrl)? - f(ArArm::Real)?)
+        })
+        .collect();
+    let wmrl_minus_real = (!diffs.is_empty()).then(|| mean_ci95(&diffs));
+    plot(&reports, &out.join("score_vs_sandbox_cpu.png"))?;
+    let res = BenchResult {
+        config: cfg.clone(),
+        summary,
+        reports,
+        predictor_train,
+        predictor_heldout,
+        predictor_data_cpu_secs,
+        cpu_ratio_real_over_wmrl,
+        wmrl_minus_real,
+    };
+    let path = out.join("bench.json");
+    let text = serde_json::to_string_pretty(&res).map_err(|source| Error::Json {
+        path: path.clone(),
+        source,
+    })?;
+    std::fs::write(&path, text).map_err(crate::error::io_err(&path))?;
+    Ok(res)
+}

@@ -142,7 +142,9 @@ pub struct RunReport {
     pub stdout: String,
     pub stderr: String,
     pub output_truncated: bool,
-    /// User + system CPU seconds of the run and its waited-for descendants.
+    /// CPU seconds of the run and every descendant: from a per-run cpuacct
+    /// cgroup when the host is root, else `wait4`'s rusage (which misses
+    /// processes inside bwrap's pid namespace; see `notes`).
     pub cpu_secs: f64,
     pub wall_secs: f64,
     pub isolation: Isolation,
@@ -228,15 +230,83 @@ struct ChildSetup {
     limits: [(libc::__rlimit_resource_t, libc::rlim_t, libc::rlim_t); 5],
     nproc: Option<libc::rlim_t>,
     uid: Option<u32>,
+    /// An open `cgroup.procs` to join (writing "0" moves the writer).
+    cgroup_fd: Option<std::os::fd::RawFd>,
+}
+
+/// A per-run CPU-accounting cgroup (root only): counts the CPU time of every
+/// process of the run, including ones in bwrap's pid namespace that
+/// `wait4`'s rusage never sees.
+struct CpuCgroup {
+    dir: PathBuf,
+    procs: File,
+    v1: bool,
+}
+
+static NEXT_CGROUP: AtomicU32 = AtomicU32::new(0);
+
+impl CpuCgroup {
+    fn create() -> Option<Self> {
+        let n = NEXT_CGROUP.fetch_add(1, Ordering::Relaxed);
+        let name = format!("run-{}-{n}", std::process::id());
+        let v1 = Path::new("/sys/fs/cgroup/cpuacct/cpuacct.usage");
+        let (dir, v1) = if v1.exists() {
+            (
+                PathBuf::from("/sys/fs/cgroup/cpuacct/wmrl-sandbox").join(name),
+                true,
+            )
+        } else if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            (
+                PathBuf::from("/sys/fs/cgroup").join(format!("wmrl-sandbox-{name}")),
+                false,
+            )
+        } else {
+            return None;
+        };
+        std::fs::create_dir_all(&dir).ok()?;
+        let procs = std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.procs"))
+            .ok()?;
+        Some(Self { dir, procs, v1 })
+    }
+
+    fn usage_secs(&self) -> Option<f64> {
+        if self.v1 {
+            let t = std::fs::read_to_string(self.dir.join("cpuacct.usage")).ok()?;
+            Some(t.trim().parse::<f64>().ok()? * 1e-9)
+        } else {
+            let t = std::fs::read_to_string(self.dir.join("cpu.stat")).ok()?;
+            let line = t.lines().find(|l| l.starts_with("usage_usec"))?;
+            Some(line.split_whitespace().nth(1)?.parse::<f64>().ok()? * 1e-6)
+        }
+    }
+}
+
+impl Drop for CpuCgroup {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 fn apply_child_setup(cmd: &mut Command, setup: ChildSetup) {
     // SAFETY: the closure runs in the forked child before exec and calls only
-    // async-signal-safe functions (setsid, setrlimit, setgroups, setgid,
-    // setuid); it allocates nothing and touches no locks.
+    // async-signal-safe functions (setsid, write, setrlimit, setgroups,
+    // setgid, setuid); it allocates nothing and touches no locks. The cgroup
+    // fd stays open in the parent until the child has exited.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = setup.cgroup_fd
+                && libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+            {
                 return Err(std::io::Error::last_os_error());
             }
             for (res, soft, hard) in setup.limits {
@@ -454,6 +524,11 @@ impl Sandbox {
             .stderr(Stdio::from(stderr));
         let mb = |m: u64| (m * 1024 * 1024) as libc::rlim_t;
         let mut notes = Vec::new();
+        let cgroup = if uid.is_some() {
+            CpuCgroup::create()
+        } else {
+            None
+        };
         let setup = ChildSetup {
             limits: [
                 (
@@ -476,6 +551,9 @@ impl Sandbox {
             ],
             nproc: uid.map(|_| self.cfg.max_procs as _),
             uid,
+            cgroup_fd: cgroup
+                .as_ref()
+                .map(|c| std::os::fd::AsRawFd::as_raw_fd(&c.procs)),
         };
         if uid.is_none() {
             notes.push("not root: no per-run uid, RLIMIT_NPROC not set".to_string());
@@ -490,7 +568,7 @@ impl Sandbox {
             .map_err(|e| Error::Sandbox(format!("spawn {:?}: {e}", cmd.get_program())))?;
         let pid = child.id() as libc::pid_t;
         let deadline = start + Duration::from_secs_f64(self.cfg.wall_secs);
-        let (mut exit, cpu_secs) = wait_with_deadline(pid, deadline);
+        let (mut exit, rusage_cpu) = wait_with_deadline(pid, deadline);
         // bwrap reports a signalled child as exit code 128 + signal.
         if let (Isolation::Bwrap, Exit::Code(c)) = (self.backend, &exit)
             && *c > 128
@@ -507,6 +585,19 @@ impl Sandbox {
         if let Some(uid) = uid {
             kill_uid(uid);
         }
+        let cpu_secs = match cgroup.as_ref().and_then(CpuCgroup::usage_secs) {
+            Some(c) => c,
+            None => {
+                if self.backend == Isolation::Bwrap {
+                    notes.push(
+                        "no cpu cgroup: cpu_secs from rusage, which misses bwrap's pid namespace"
+                            .to_string(),
+                    );
+                }
+                rusage_cpu
+            }
+        };
+        drop(cgroup);
         let (stdout, t1) = read_capped(&out_path, self.cfg.max_output_bytes);
         let (stderr, t2) = read_capped(&err_path, self.cfg.max_output_bytes);
         let syntax_error = exit == Exit::Code(SYNTAX_EXIT_CODE);
@@ -539,6 +630,7 @@ fn probe(drop_uid: bool, uid_base: u32) -> Isolation {
                 limits: [(libc::RLIMIT_CORE, 0, 0); 5],
                 nproc: None,
                 uid: drop_uid.then_some(uid_base + UID_SLOTS),
+                cgroup_fd: None,
             },
         );
         cmd.status().map(|s| s.success()).unwrap_or(false)

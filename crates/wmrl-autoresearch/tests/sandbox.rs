@@ -66,7 +66,12 @@ fn valid_syntax_error_runtime_error_malformed() {
     let (r, g) = run_and_grade(&sb, &c, VALID);
     assert_eq!(r.exit, Exit::Code(0), "{}", r.stderr);
     assert_eq!(g.rung, Rung::Valid);
-    assert!(g.reward >= 0.5 && r.cpu_secs > 0.0);
+    assert!(g.reward >= 0.5);
+    // Importing pandas alone takes well over 50 ms of CPU; an accounting that
+    // misses the sandboxed process reads about zero.
+    if r.notes.is_empty() {
+        assert!(r.cpu_secs > 0.05, "cpu {}", r.cpu_secs);
+    }
     let (_, g) = run_and_grade(&sb, &c, "def f(:\n  pass\n");
     assert_eq!((g.rung, g.reward), (Rung::SyntaxError, 0.1));
     let (_, g) = run_and_grade(&sb, &c, "raise RuntimeError('boom')\n");

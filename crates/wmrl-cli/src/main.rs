@@ -40,6 +40,9 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
     ServeSim(cmd::serve_sim::Args),
+    /// AutoResearch track: MLE-Dojo-style competitions, sandboxed execution,
+    /// outcome predictor, `train --arm {real,wm,wmrl}`, `bench --seeds 3`.
+    Autoresearch(cmd::autoresearch::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -61,5 +64,6 @@ fn main() -> anyhow::Result<()> {
         Command::Train(args) => cmd::train::run(args),
         Command::Bench(args) => cmd::bench::run(args),
         Command::ServeSim(args) => cmd::serve_sim::run(args),
+        Command::Autoresearch(args) => cmd::autoresearch::run(args),
     }
 }

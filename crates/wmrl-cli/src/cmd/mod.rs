@@ -1,5 +1,6 @@
 //! One module per subcommand: `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
+pub mod autoresearch;
 pub mod bench;
 pub mod bench_sim;
 pub mod demos;

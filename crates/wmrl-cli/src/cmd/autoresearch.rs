@@ -1,0 +1,331 @@
+//! `wmrl autoresearch`: the AutoResearch track (MLE-Dojo-style competitions,
+//! sandboxed execution, outcome predictor, WMRL training and its benchmark).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use wmrl_autoresearch::bench::{BenchConfig, run_bench};
+use wmrl_autoresearch::collect::{collect, evaluate_predictor, read_examples, write_examples};
+use wmrl_autoresearch::competition::default_suite_dir;
+use wmrl_autoresearch::execute::Executor;
+use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
+use wmrl_autoresearch::sandbox::repo_root;
+use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Sub,
+}
+
+/// Options every subcommand shares.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Common {
+    /// Competition suite folder (default: envs/mledojo/competitions).
+    #[arg(long, global = true)]
+    pub suite: Option<PathBuf>,
+    /// Replay cache of executed solutions (deterministic solutions; the
+    /// replayed run's CPU seconds are charged again).
+    #[arg(
+        long,
+        global = true,
+        default_value = "runs/autoresearch/exec_cache.jsonl"
+    )]
+    pub cache: PathBuf,
+    /// Execute every solution even if it ran before.
+    #[arg(long, global = true)]
+    pub no_cache: bool,
+    /// Sandbox wall-clock limit per solution.
+    #[arg(long, global = true, default_value_t = 30.0)]
+    pub wall_secs: f64,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum Sub {
+    /// Regenerate the competition suite with envs/mledojo/build_suite.py.
+    BuildSuite {
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Execute one Python solution file on a competition and print its grade.
+    Run {
+        #[arg(long)]
+        competition: String,
+        #[arg(long)]
+        solution: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Execute random solutions on one split (predictor data), as JSONL.
+    Collect {
+        #[arg(long, default_value = "train")]
+        split: String,
+        #[arg(long, default_value_t = 24)]
+        per_competition: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Train the outcome predictor on training-split data; report its rank
+    /// correlation on held-out data.
+    FitPredictor {
+        #[arg(long)]
+        data: PathBuf,
+        #[arg(long)]
+        heldout: Option<PathBuf>,
+        #[arg(long)]
+        out: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Train the policy with one arm and one seed.
+    Train {
+        #[arg(long, default_value = "wmrl")]
+        arm: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Outcome predictor (required for wm and wmrl; see fit-predictor).
+        #[arg(long, default_value = "runs/autoresearch/predictor.json")]
+        predictor: PathBuf,
+        /// TrainConfig as JSON (defaults otherwise).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        steps: Option<usize>,
+        #[arg(long, default_value = "runs/autoresearch")]
+        out: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Predictor data, predictor, then every arm over several seeds; prints
+    /// score per arm with 95% intervals against sandbox CPU-seconds and
+    /// writes a PNG.
+    Bench {
+        #[arg(long, default_value_t = 3)]
+        seeds: u64,
+        #[arg(long, default_value_t = 24)]
+        per_competition: usize,
+        #[arg(long)]
+        steps: Option<usize>,
+        #[arg(long, default_value = "runs/autoresearch/bench")]
+        out: PathBuf,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn suite(c: &Common) -> anyhow::Result<Suite> {
+    let dir = c.suite.clone().unwrap_or_else(default_suite_dir);
+    Suite::load(&dir).with_context(|| format!("loading suite {}", dir.display()))
+}
+
+fn executor(c: &Common) -> anyhow::Result<Executor> {
+    let sb = Sandbox::new(SandboxConfig {
+        wall_secs: c.wall_secs,
+        ..Default::default()
+    })?;
+    tracing::info!("sandbox backend: {:?}", sb.backend());
+    let ex = Executor::new(sb, Ladder::default());
+    Ok(if c.no_cache {
+        ex
+    } else {
+        ex.with_cache(&c.cache)?
+    })
+}
+
+fn split(s: &str) -> anyhow::Result<Split> {
+    Ok(match s {
+        "train" => Split::Train,
+        "heldout" => Split::Heldout,
+        _ => bail!("split must be train or heldout"),
+    })
+}
+
+fn mkdir(p: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(p).with_context(|| format!("creating {}", p.display()))
+}
+
+fn print_predictor_eval(
+    label: &str,
+    p: &Predictor,
+    data: &[wmrl_autoresearch::predictor::Example],
+) -> anyhow::Result<serde_json::Value> {
+    let e = evaluate_predictor(p, data)?;
+    println!(
+        "predictor on {label}: n={} spearman pooled={} within-competition mean={} mae={:.3}",
+        e.n,
+        e.spearman_pooled
+            .map_or("n/a".into(), |v| format!("{v:.3}")),
+        e.spearman_within_mean
+            .map_or("n/a".into(), |v| format!("{v:.3}")),
+        e.mae
+    );
+    Ok(serde_json::to_value(e)?)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        Sub::BuildSuite { out, common } => {
+            let out = out.unwrap_or_else(default_suite_dir);
+            let py = SandboxConfig::default().python;
+            let script = repo_root().join("envs/mledojo/build_suite.py");
+            let _ = &common;
+            let st = std::process::Command::new(&py)
+                .arg(&script)
+                .arg(&out)
+                .status()?;
+            if !st.success() {
+                bail!("{} failed", script.display());
+            }
+        }
+        Sub::Run {
+            competition,
+            solution,
+            common,
+        } => {
+            let s = suite(&common)?;
+            let comp = s
+                .by_name(&competition)
+                .with_context(|| format!("no competition {competition}"))?;
+            let code = std::fs::read_to_string(&solution)?;
+            let o = executor(&Common {
+                no_cache: true,
+                ..common
+            })?
+            .execute(comp, &code)?;
+            println!("{}", serde_json::to_string_pretty(&o)?);
+        }
+        Sub::Collect {
+            split: sp,
+            per_competition,
+            seed,
+            out,
+            common,
+        } => {
+            let s = suite(&common)?;
+            let data = collect(&s, &executor(&common)?, split(&sp)?, per_competition, seed)?;
+            write_examples(&out, &data)?;
+            let cpu: f64 = data.iter().map(|e| e.cpu_secs).sum();
+            println!(
+                "{} examples, {cpu:.1} sandbox CPU-seconds -> {}",
+                data.len(),
+                out.display()
+            );
+        }
+        Sub::FitPredictor {
+            data,
+            heldout,
+            out,
+            common,
+        } => {
+            let s = suite(&common)?;
+            let train_data = read_examples(&data)?;
+            for e in &train_data {
+                if s.by_name(&e.competition)
+                    .is_some_and(|c| c.meta.split != Split::Train)
+                {
+                    bail!(
+                        "{} is not a training competition: the predictor trains on the training split only",
+                        e.competition
+                    );
+                }
+            }
+            let (p, mse) = Predictor::train(&PredictorConfig::default(), &train_data)?;
+            p.save(&out)?;
+            println!("predictor: train mse {mse:.4} -> {}", out.display());
+            print_predictor_eval("training data", &p, &train_data)?;
+            if let Some(h) = heldout {
+                print_predictor_eval("held-out competitions", &p, &read_examples(&h)?)?;
+            }
+        }
+        Sub::Train {
+            arm,
+            seed,
+            predictor,
+            config,
+            steps,
+            out,
+            common,
+        } => {
+            let arm = ArArm::from_name(&arm).context("arm must be real, wm or wmrl")?;
+            let mut cfg: TrainConfig = match config {
+                Some(p) => serde_json::from_str(&std::fs::read_to_string(&p)?)?,
+                None => TrainConfig::default(),
+            };
+            if let Some(n) = steps {
+                cfg.steps = n;
+            }
+            let s = suite(&common)?;
+            let pred = if arm == ArArm::Real {
+                None
+            } else {
+                Some(
+                    Predictor::load(&predictor)
+                        .context("run `wmrl autoresearch fit-predictor` first")?,
+                )
+            };
+            let dir = out.join(format!("{}_seed{seed}", arm.name()));
+            mkdir(&dir)?;
+            std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
+            let r = train(
+                &cfg,
+                arm,
+                seed,
+                &s,
+                &executor(&common)?,
+                pred.as_ref(),
+                Some(&dir.join("metrics.jsonl")),
+            )?;
+            std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&r)?)?;
+            for e in &r.evals {
+                println!(
+                    "step {:>3}  sandbox cpu {:>8.1}s  held-out position {:.3}  reward {:.3}  valid {:.2}",
+                    e.step,
+                    e.train_cpu_secs,
+                    e.heldout_position,
+                    e.heldout_reward,
+                    e.valid_fraction
+                );
+            }
+            println!("ledger: {}", serde_json::to_string(&r.ledger)?);
+        }
+        Sub::Bench {
+            seeds,
+            per_competition,
+            steps,
+            out,
+            common,
+        } => bench(seeds, per_competition, steps, &out, &common)?,
+    }
+    Ok(())
+}
+
+fn bench(
+    seeds: u64,
+    per_competition: usize,
+    steps: Option<usize>,
+    out: &Path,
+    common: &Common,
+) -> anyhow::Result<()> {
+    let mut cfg = BenchConfig {
+        seeds,
+        per_competition,
+        ..Default::default()
+    };
+    if let Some(n) = steps {
+        cfg.train.steps = n;
+    }
+    let s = suite(common)?;
+    let res = run_bench(&cfg, &s, &executor(common)?, out)?;
+    print!("{}", res.table());
+    println!(
+        "wrote {}/bench.json and score_vs_sandbox_cpu.png",
+        out.display()
+    );
+    Ok(())
+}

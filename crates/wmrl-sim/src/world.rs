@@ -142,6 +142,12 @@ impl World {
         let mut phys = PhysicsWorld::new();
         phys.gravity = Vec3::new(0.0, 0.0, -9.81);
         phys.integration_parameters.dt = 1.0 / (cfg.control_hz * cfg.substeps as f32);
+        // Forgiving contacts: an object released while it overlaps another
+        // (a held object is carried kinematically and may be pushed into a
+        // wall) is pushed out slowly instead of being launched.
+        phys.integration_parameters
+            .normalized_max_corrective_velocity = 0.3;
+        phys.integration_parameters.normalized_max_linear_velocity = 3.0;
         let table = phys.insert_body(RigidBodyBuilder::fixed());
         phys.insert_collider(
             ColliderBuilder::cuboid(0.5, 0.4, 0.025)

@@ -22,9 +22,27 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Time `steps` control steps of `task` (expert actions, time in `step` only;
+/// Speeds of one timing run.
+struct Timing {
+    /// Steps per second of wall-clock time spent in `step`.
+    wall: f64,
+    /// Steps per second of this thread's CPU time for the whole loop
+    /// (steps, expert actions and resets): the per-core speed, unaffected by
+    /// other processes sharing the machine.
+    cpu: f64,
+    reset: Duration,
+}
+
+/// This thread's CPU time (Linux `/proc/thread-self/schedstat`), if readable.
+fn thread_cpu() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: u64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+/// Time `steps` control steps of `task` (expert actions with a little noise;
 /// episodes restart through the initial states when they end).
-fn time_steps(cfg: &SimConfig, task: usize, steps: usize) -> anyhow::Result<(f64, Duration)> {
+fn time_steps(cfg: &SimConfig, task: usize, steps: usize) -> anyhow::Result<Timing> {
     let mut env = TabletopEnv::new(cfg.clone())?;
     let mut rng = sim_rng(task as u64);
     let mut init = 0;
@@ -42,6 +60,7 @@ fn time_steps(cfg: &SimConfig, task: usize, steps: usize) -> anyhow::Result<(f64
         resets += 1;
         Ok(())
     };
+    let cpu0 = thread_cpu();
     reset(&mut env, init)?;
     for _ in 0..steps {
         let a = env.expert_action(0.1, &mut rng)?;
@@ -53,10 +72,15 @@ fn time_steps(cfg: &SimConfig, task: usize, steps: usize) -> anyhow::Result<(f64
             reset(&mut env, init)?;
         }
     }
-    Ok((
-        steps as f64 / step_time.as_secs_f64(),
-        reset_time / resets.max(1),
-    ))
+    let cpu = match (cpu0, thread_cpu()) {
+        (Some(a), Some(b)) if b > a => steps as f64 / (b - a).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    Ok(Timing {
+        wall: steps as f64 / step_time.as_secs_f64(),
+        cpu,
+        reset: reset_time / resets.max(1),
+    })
 }
 
 /// Resident set size of this process in bytes (Linux), if readable.
@@ -78,30 +102,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     rendered.validate()?;
     if !args.json {
         println!(
-            "one core, {} steps per task; rendered = agentview + wrist at {}x{}",
+            "one thread, {} steps per task; rendered = agentview + wrist at {}x{}",
             args.steps, args.image_size, args.image_size
         );
         println!(
-            "{:>4} {:>16} {:>16} {:>10}",
+            "steps/s per core (thread CPU time) and, in brackets, wall clock (shared machine)"
+        );
+        println!(
+            "{:>4} {:>22} {:>22} {:>9}",
             "task", "physics steps/s", "rendered steps/s", "reset ms"
         );
     }
-    let (mut sum_p, mut sum_r) = (0.0, 0.0);
+    let (mut sum_p, mut sum_r, mut sum_pw, mut sum_rw) = (0.0, 0.0, 0.0, 0.0);
     for task in 0..10 {
-        let (p, reset) = time_steps(&physics, task, args.steps)?;
-        let (r, _) = time_steps(&rendered, task, args.steps)?;
-        sum_p += p;
-        sum_r += r;
+        let p = time_steps(&physics, task, args.steps)?;
+        let r = time_steps(&rendered, task, args.steps)?;
+        sum_p += p.cpu;
+        sum_r += r.cpu;
+        sum_pw += p.wall;
+        sum_rw += r.wall;
         if args.json {
             let v = serde_json::json!({
-                "task": task, "physics_steps_per_s": p, "rendered_steps_per_s": r,
-                "reset_ms": reset.as_secs_f64() * 1e3, "image_size": args.image_size,
+                "task": task,
+                "physics_steps_per_cpu_s": p.cpu, "rendered_steps_per_cpu_s": r.cpu,
+                "physics_steps_per_wall_s": p.wall, "rendered_steps_per_wall_s": r.wall,
+                "reset_ms": p.reset.as_secs_f64() * 1e3, "image_size": args.image_size,
             });
             println!("{v}");
         } else {
             println!(
-                "{task:>4} {p:>16.0} {r:>16.0} {:>10.2}",
-                reset.as_secs_f64() * 1e3
+                "{task:>4} {:>12.0} [{:>7.0}] {:>12.0} [{:>7.0}] {:>9.2}",
+                p.cpu,
+                p.wall,
+                r.cpu,
+                r.wall,
+                p.reset.as_secs_f64() * 1e3
             );
         }
     }
@@ -127,12 +162,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drop(envs);
     if args.json {
         let v = serde_json::json!({
-            "mean_physics_steps_per_s": sum_p / 10.0, "mean_rendered_steps_per_s": sum_r / 10.0,
+            "mean_physics_steps_per_cpu_s": sum_p / 10.0, "mean_rendered_steps_per_cpu_s": sum_r / 10.0,
+            "mean_physics_steps_per_wall_s": sum_pw / 10.0, "mean_rendered_steps_per_wall_s": sum_rw / 10.0,
             "memory_per_instance_bytes": per,
         });
         println!("{v}");
     } else {
-        println!("mean {:>11.0} {:>16.0}", sum_p / 10.0, sum_r / 10.0);
+        println!(
+            "mean {:>12.0} [{:>7.0}] {:>12.0} [{:>7.0}]",
+            sum_p / 10.0,
+            sum_pw / 10.0,
+            sum_r / 10.0,
+            sum_rw / 10.0
+        );
         match per {
             Some(b) => println!(
                 "memory per rendering instance: {:.0} KiB (RSS growth over {} instances)",

@@ -38,6 +38,9 @@ enum Command {
     /// Every arm over several seeds, then report.md with intervals, the label
     /// and compute ledger, and plots.
     Bench(cmd::bench::Args),
+    /// The whole pipeline on two CPU cores: demos, SFT, world model, post-
+    /// training with `sparse` and `wmrl`, held-out success table, report.md.
+    Quickstart(cmd::quickstart::Args),
     /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
     ServeSim(cmd::serve_sim::Args),
     /// AutoResearch track: MLE-Dojo-style competitions, sandboxed execution,
@@ -63,6 +66,7 @@ fn main() -> anyhow::Result<()> {
         Command::Wm(args) => cmd::wm::run(args),
         Command::Train(args) => cmd::train::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Quickstart(args) => cmd::quickstart::run(args),
         Command::ServeSim(args) => cmd::serve_sim::run(args),
         Command::Autoresearch(args) => cmd::autoresearch::run(args),
     }

@@ -1,0 +1,259 @@
+//! `wmrl quickstart`: the whole pipeline at a scale that fits two CPU cores:
+//! expert demonstrations -> SFT of the tiny policy -> world-model rollouts,
+//! training and ONNX export -> post-training with `sparse` and `wmrl` ->
+//! held-out evaluation -> a success-rate table and report.md.
+//!
+//! Each stage is the ordinary subcommand run as a child process, so the
+//! quickstart is exactly what a user would type; a stage whose output exists
+//! is skipped, so an interrupted quickstart continues where it stopped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::Context;
+use wmrl_train::metrics::{EvalRecord, read_all};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// Where everything goes.
+    #[arg(long, default_value = "runs/quickstart")]
+    pub out: PathBuf,
+    /// Post-training config shared by both arms.
+    #[arg(long, default_value = "configs/quickstart.toml")]
+    pub config: PathBuf,
+    /// SFT config (policy preset and schedule).
+    #[arg(long, default_value = "configs/policy_tiny.toml")]
+    pub sft_config: PathBuf,
+    /// Expert demonstrations per task for SFT (training states 0-15).
+    #[arg(long, default_value_t = 16)]
+    pub demos_per_task: usize,
+    /// Noisy rollouts per task and noise level for the world model.
+    #[arg(long, default_value_t = 6)]
+    pub wm_rollouts_per_task: usize,
+    /// Camera size of every stage (the world model is trained at this size).
+    #[arg(long, default_value_t = 64)]
+    pub image_size: u32,
+    /// Override SFT optimiser steps.
+    #[arg(long)]
+    pub sft_steps: Option<usize>,
+    /// Override world-model training steps.
+    #[arg(long)]
+    pub wm_steps: Option<usize>,
+    /// Override post-training steps.
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Arms to post-train.
+    #[arg(long, default_value = "sparse,wmrl")]
+    pub arms: String,
+    /// Seeds per arm.
+    #[arg(long, default_value_t = 1)]
+    pub seeds: u64,
+}
+
+fn stage(name: &str, done: bool, args: &[&str]) -> anyhow::Result<f64> {
+    if done {
+        println!("== {name}: already done, skipped");
+        return Ok(0.0);
+    }
+    println!("== {name}: wmrl {}", args.join(" "));
+    let t = Instant::now();
+    let exe = std::env::current_exe().context("locating the wmrl binary")?;
+    let status = Command::new(exe)
+        .args(args)
+        .status()
+        .with_context(|| format!("starting stage {name}"))?;
+    anyhow::ensure!(status.success(), "stage {name} failed ({status})");
+    let secs = t.elapsed().as_secs_f64();
+    println!("== {name}: {secs:.0} s");
+    Ok(secs)
+}
+
+fn p(path: &Path) -> String {
+    path.display().to_string()
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let q = &args.out;
+    std::fs::create_dir_all(q)?;
+    let demos = q.join("demos");
+    let wm_rollouts = q.join("wm_rollouts");
+    let sft = q.join("sft");
+    let wm = q.join("wm");
+    let bench = q.join("bench");
+    let size = args.image_size.to_string();
+    let t0 = Instant::now();
+    let mut timings = Vec::new();
+
+    let per = args.demos_per_task.to_string();
+    timings.push((
+        "demos",
+        stage(
+            "demos",
+            demos.join("DONE").exists(),
+            &[
+                "demos",
+                "--tasks",
+                "all",
+                "--per-task",
+                &per,
+                "--init-states",
+                "0-15",
+                "--image-size",
+                &size,
+                "--seed",
+                "0",
+                "--out",
+                &p(&demos),
+            ],
+        )?,
+    ));
+    std::fs::write(demos.join("DONE"), "")?;
+
+    // World-model data: expert, mildly and strongly noisy rollouts of the
+    // training states, so progress and failure both appear.
+    let wper = args.wm_rollouts_per_task.to_string();
+    let mut wm_secs = 0.0;
+    for (i, noise) in ["0.0", "0.3", "0.8"].iter().enumerate() {
+        let start = (i * 10 * args.wm_rollouts_per_task).to_string();
+        let seed = (100_000 * (i + 1)).to_string();
+        wm_secs += stage(
+            &format!("world-model rollouts (noise {noise})"),
+            wm_rollouts.join(format!("DONE{i}")).exists(),
+            &[
+                "demos",
+                "--tasks",
+                "all",
+                "--per-task",
+                &wper,
+                "--init-states",
+                "0-15",
+                "--noise",
+                noise,
+                "--image-size",
+                &size,
+                "--seed",
+                &seed,
+                "--start-index",
+                &start,
+                "--out",
+                &p(&wm_rollouts),
+            ],
+        )?;
+        std::fs::write(wm_rollouts.join(format!("DONE{i}")), "")?;
+    }
+    timings.push(("wm rollouts", wm_secs));
+
+    let mut sft_args = vec![
+        "sft".to_string(),
+        "--config".into(),
+        p(&args.sft_config),
+        "--demos".into(),
+        p(&demos),
+        "--out".into(),
+        p(&sft),
+    ];
+    if let Some(s) = args.sft_steps {
+        sft_args.extend(["--steps".into(), s.to_string()]);
+    }
+    let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
+    let a: Vec<&str> = sft_args.iter().map(String::as_str).collect();
+    timings.push(("sft", stage("sft", sft_done, &a)?));
+
+    let mut wm_args = vec![
+        "wm".to_string(),
+        "train".into(),
+        "--rollouts".into(),
+        p(&wm_rollouts),
+        "--out".into(),
+        p(&wm),
+    ];
+    if let Some(s) = args.wm_steps {
+        wm_args.extend(["--steps".into(), s.to_string()]);
+    }
+    let onnx = wm.join("model.onnx");
+    let a: Vec<&str> = wm_args.iter().map(String::as_str).collect();
+    let mut wm_train = stage("world-model training", onnx.exists(), &a)?;
+    wm_train += stage(
+        "world-model export",
+        onnx.exists(),
+        &["wm", "export", "--model", &p(&wm)],
+    )?;
+    timings.push(("wm train+export", wm_train));
+
+    let seeds = args.seeds.to_string();
+    let mut bench_args = vec![
+        "bench".to_string(),
+        "--config".into(),
+        p(&args.config),
+        "--arms".into(),
+        args.arms.clone(),
+        "--seeds".into(),
+        seeds,
+        "--out".into(),
+        p(&bench),
+        "--policy".into(),
+        p(&sft),
+        "--world-model".into(),
+        p(&onnx),
+        "--title".into(),
+        "wmrl quickstart".into(),
+    ];
+    if let Some(s) = args.steps {
+        bench_args.extend(["--steps".into(), s.to_string()]);
+    }
+    let a: Vec<&str> = bench_args.iter().map(String::as_str).collect();
+    timings.push(("post-training + eval", stage("post-training", false, &a)?));
+
+    // The SFT starting point: every run evaluates it at step 0.
+    let arms = wmrl_train::bench::parse_arms(&args.arms)?;
+    let mut sft_row = None;
+    for arm in &arms {
+        let dir = wmrl_train::bench::run_dir(&bench, *arm, 0);
+        let evals: Vec<EvalRecord> = read_all(&dir.join("eval.jsonl"))?;
+        if let Some(e) = evals.iter().find(|e| e.step == 0 && e.split == "heldout") {
+            sft_row = Some(e.clone());
+            break;
+        }
+    }
+    println!();
+    println!(
+        "Held-out success (initial states 16-49 of the config's eval range), embedded simulator:"
+    );
+    println!(
+        "{:<16} {:>10} {:>18} {:>8}",
+        "policy", "success", "95% Wilson", "labels"
+    );
+    if let Some(e) = &sft_row {
+        println!(
+            "{:<16} {:>9.1}% {:>8.1}% - {:>5.1}% {:>8}",
+            "SFT (start)",
+            100.0 * e.success,
+            100.0 * e.ci_low,
+            100.0 * e.ci_high,
+            0
+        );
+    }
+    for arm in &arms {
+        for s in 0..args.seeds {
+            let dir = wmrl_train::bench::run_dir(&bench, *arm, s);
+            if let Ok(sum) = wmrl_train::trainer::read_summary(&dir) {
+                println!(
+                    "{:<16} {:>9.1}% {:>8.1}% - {:>5.1}% {:>8}",
+                    format!("{} seed {s}", arm.name()),
+                    100.0 * sum.heldout.rate,
+                    100.0 * sum.heldout.ci_low,
+                    100.0 * sum.heldout.ci_high,
+                    sum.ledger.labels
+                );
+            }
+        }
+    }
+    println!();
+    for (name, secs) in &timings {
+        println!("{name:<22} {secs:>7.0} s");
+    }
+    println!("{:<22} {:>7.0} s", "total", t0.elapsed().as_secs_f64());
+    println!("report: {}", bench.join("report.md").display());
+    Ok(())
+}

@@ -118,7 +118,7 @@ impl Default for SandboxConfig {
             max_file_mb: 64,
             max_output_bytes: 64 * 1024,
             isolation: Isolation::Auto,
-            uid_base: 61_000,
+            uid_base: 100_000,
             work_root: None,
         }
     }
@@ -186,6 +186,62 @@ pub struct Sandbox {
 
 static NEXT_UID: AtomicU32 = AtomicU32::new(0);
 const UID_SLOTS: u32 = 1024;
+
+/// A per-run uid reserved across processes by an exclusive marker file
+/// (holding the owner's pid; a marker whose owner died is reclaimed), so two
+/// wmrl processes never share a uid and `kill_uid` never reaches another
+/// process's run.
+struct UidLease {
+    uid: u32,
+    marker: PathBuf,
+}
+
+impl UidLease {
+    fn take(base: u32) -> Result<Self> {
+        let dir = std::env::temp_dir().join("wmrl-sandbox-uids");
+        std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let me = std::process::id();
+        let start = me
+            .wrapping_mul(131)
+            .wrapping_add(NEXT_UID.fetch_add(1, Ordering::Relaxed));
+        for k in 0..UID_SLOTS {
+            let uid = base + (start.wrapping_add(k)) % UID_SLOTS;
+            let marker = dir.join(uid.to_string());
+            let open = || {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&marker)
+            };
+            let file = match open() {
+                Ok(f) => Some(f),
+                Err(_) => {
+                    let owner = std::fs::read_to_string(&marker)
+                        .ok()
+                        .and_then(|t| t.trim().parse::<i32>().ok());
+                    // SAFETY: kill with signal 0 only checks that the pid exists.
+                    let alive = owner.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } == 0);
+                    if !alive && owner.is_some() && std::fs::remove_file(&marker).is_ok() {
+                        open().ok()
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some(mut f) = file {
+                let _ = std::io::Write::write_all(&mut f, me.to_string().as_bytes());
+                return Ok(Self { uid, marker });
+            }
+        }
+        Err(Error::Sandbox("no free sandbox uid".into()))
+    }
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.marker);
+    }
+}
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
@@ -479,9 +535,12 @@ impl Sandbox {
         copy_dir(public_dir, &wd.join("public"))?;
         std::fs::write(wd.join("solution.py"), code).map_err(io_err(&wd))?;
         std::fs::write(wd.join("_wmrl_runner.py"), RUNNER).map_err(io_err(&wd))?;
-        let uid = self
-            .drop_uid
-            .then(|| self.cfg.uid_base + NEXT_UID.fetch_add(1, Ordering::Relaxed) % UID_SLOTS);
+        let lease = if self.drop_uid {
+            Some(UidLease::take(self.cfg.uid_base)?)
+        } else {
+            None
+        };
+        let uid = lease.as_ref().map(|l| l.uid);
         if let Some(uid) = uid {
             std::os::unix::fs::chown(&wd, Some(uid), Some(uid)).map_err(io_err(&wd))?;
         }
@@ -585,6 +644,7 @@ impl Sandbox {
         if let Some(uid) = uid {
             kill_uid(uid);
         }
+        drop(lease);
         let cpu_secs = match cgroup.as_ref().and_then(CpuCgroup::usage_secs) {
             Some(c) => c,
             None => {

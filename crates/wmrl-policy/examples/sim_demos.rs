@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use wmrl_env::{Environment, Episode, EpisodeStep, ResetRequest};
 use wmrl_sim::{SimConfig, TabletopEnv};
@@ -41,10 +41,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|e| e.to_string())?;
             let mut steps = Vec::new();
             loop {
+                // DART-style: record the clean expert action, execute a noisy
+                // one, so the demos show the expert correcting perturbations.
                 let a = env
-                    .expert_action(noise, &mut rng)
+                    .expert_action(0.0, &mut rng)
                     .map_err(|e| e.to_string())?;
-                let r = env.step(&a).map_err(|e| e.to_string())?;
+                let noisy: Vec<f32> = a
+                    .iter()
+                    .map(|v| {
+                        let g: f32 = (0..4).map(|_| rng.random::<f32>() - 0.5).sum::<f32>() * 1.732;
+                        (v + noise * g).clamp(-1.0, 1.0)
+                    })
+                    .collect();
+                let r = env.step(&noisy).map_err(|e| e.to_string())?;
                 steps.push(EpisodeStep {
                     frames: obs.frames,
                     proprio: obs.proprio,
@@ -64,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                         cameras: spec.cameras.clone(),
                         success: r.success,
                         final_progress: obs.progress,
-                        source: format!("expert+noise{noise}"),
+                        source: format!("expert+dart{noise}"),
                         steps,
                     };
                     wmrl_env::write_episode(&out, index, &ep).map_err(|e| e.to_string())?;

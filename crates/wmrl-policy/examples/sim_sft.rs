@@ -42,10 +42,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..SftConfig::default()
     };
     scfg.optim.total_steps = steps;
-    let rep = train_sft(&policy, &data, &scfg, &out, true, true)?;
-    println!("{}", serde_json::to_string(&rep)?);
+    if steps > 0 {
+        let rep = train_sft(&policy, &data, &scfg, &out, true, true)?;
+        println!("{}", serde_json::to_string(&rep)?);
+    }
+    let policy = Policy::load(&out)?;
+    let states: Vec<usize> = match std::env::var("EVAL_STATES").ok().and_then(|s| {
+        let (a, b) = s.split_once('-')?;
+        Some((a.parse::<usize>().ok()?..=b.parse::<usize>().ok()?).collect())
+    }) {
+        Some(v) => v,
+        None => (16..50).collect(),
+    };
     let mut env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), n_envs)?;
     let ecfg = EvalConfig {
+        init_states: states,
+        execute_steps: std::env::var("EXEC")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0),
         gif_dir: Some(out.join("eval/gifs")),
         ..EvalConfig::default()
     };
@@ -53,6 +68,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(out.join("eval"))?;
     report.write_json(&out.join("eval/eval.json"))?;
     print!("{}", report.table());
+    let prog: Vec<String> = report
+        .per_task
+        .iter()
+        .map(|t| format!("{:.2}", t.mean_progress.unwrap_or(f64::NAN)))
+        .collect();
+    println!("mean final progress per task: {}", prog.join(" "));
     println!(
         "eval: {} policy calls, {} env steps, {:.1}s",
         report.policy_calls, report.env_steps, report.wall_secs

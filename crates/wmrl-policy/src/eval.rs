@@ -86,6 +86,8 @@ impl RateSummary {
 pub struct TaskResult {
     pub task: usize,
     pub name: String,
+    /// Mean final oracle progress, where the environment reports it.
+    pub mean_progress: Option<f64>,
     #[serde(flatten)]
     pub summary: RateSummary,
 }
@@ -96,6 +98,8 @@ pub struct EpisodeResult {
     pub init_state: usize,
     pub success: bool,
     pub steps: usize,
+    /// The environment's oracle progress at the end, where it has one.
+    pub final_progress: Option<f32>,
 }
 
 /// Everything an evaluation measured.
@@ -296,6 +300,7 @@ pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Resu
                 }
                 let capped = cfg.max_steps > 0 && r.steps >= cfg.max_steps;
                 let ended = res.done || res.truncated || capped;
+                let final_progress = res.obs.progress;
                 r.obs = res.obs;
                 if ended {
                     let (task, init_state) = queue[r.ep];
@@ -304,6 +309,7 @@ pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Resu
                         init_state,
                         success: res.success,
                         steps: r.steps,
+                        final_progress,
                     });
                     if let (Some(frames), Some(dir)) = (r.gif.take(), &cfg.gif_dir) {
                         let tag = if res.success { "success" } else { "fail" };
@@ -324,9 +330,16 @@ pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Resu
         .iter()
         .map(|&t| {
             let eps: Vec<&EpisodeResult> = episodes.iter().filter(|e| e.task == t).collect();
+            let prog: Vec<f64> = eps
+                .iter()
+                .filter_map(|e| e.final_progress)
+                .map(f64::from)
+                .collect();
             TaskResult {
                 task: t,
                 name: spec.tasks[t].name.clone(),
+                mean_progress: (!prog.is_empty())
+                    .then(|| prog.iter().sum::<f64>() / prog.len() as f64),
                 summary: RateSummary::new(eps.iter().filter(|e| e.success).count(), eps.len()),
             }
         })

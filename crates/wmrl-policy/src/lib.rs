@@ -50,4 +50,4 @@ pub use model::PreparedInputs;
 pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
 pub use policy::{Policy, Sample, TokenStats};
 pub use runconfig::{RunConfig, apply_overrides};
-pub use sft::{SftConfig, SftDataset, SftReport, can_resume, train_sft};
+pub use sft::{PROPRIO_STD_FLOOR, SftConfig, SftDataset, SftReport, can_resume, train_sft};

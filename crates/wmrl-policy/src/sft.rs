@@ -170,7 +170,7 @@ impl SftDataset {
         let std = mean
             .iter()
             .zip(&sq)
-            .map(|(m, s)| ((s - m * m).max(0.0).sqrt().max(1e-3)) as f32)
+            .map(|(m, s)| ((s - m * m).max(0.0).sqrt().max(PROPRIO_STD_FLOOR)) as f32)
             .collect();
         (mean.into_iter().map(|m| m as f32).collect(), std)
     }
@@ -224,6 +224,13 @@ pub struct SftReport {
 struct TrainState {
     step: usize,
 }
+
+/// Lower bound of a proprio feature's std. A feature that never moves in the
+/// demos (e.g. roll and pitch under a yaw-only expert) would otherwise turn
+/// the policy's own small drifts into huge normalised inputs: measured on
+/// the embedded simulator, a floor of 1e-3 made closed-loop rollouts leave
+/// the training distribution within 10 steps.
+pub const PROPRIO_STD_FLOOR: f64 = 0.02;
 
 const STATE_FILE: &str = "train_state.json";
 const OPTIM_FILE: &str = "optimizer.safetensors";

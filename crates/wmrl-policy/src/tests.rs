@@ -564,3 +564,27 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         report.overall.rate
     );
 }
+
+/// The `minivla` preset (Qwen2.5-0.5B LM dimensions) builds and runs one
+/// forward pass. Slow (about half a billion parameters): run with
+/// `cargo test --release -p wmrl-policy -- --ignored minivla`.
+#[test]
+#[ignore]
+fn minivla_preset_constructs_and_runs_a_forward_pass() {
+    let cfg = PolicyConfig::minivla();
+    let p = Policy::new(cfg.clone(), &Device::Cpu, DType::F32).expect("policy");
+    assert!(p.n_params() > 400_000_000, "{}", p.n_params());
+    let xs = inputs(1);
+    let prep = p.prepare(&xs).expect("prep");
+    let toks = p
+        .tokens_tensor(&[vec![3; cfg.tokens_per_call()]])
+        .expect("t");
+    let logits = p.chunk_logits(&prep, &toks).expect("logits");
+    assert_eq!(logits.dims(), &[1, 56, 256]);
+    let v = logits
+        .flatten_all()
+        .expect("f")
+        .to_vec1::<f32>()
+        .expect("v");
+    assert!(v.iter().all(|x| x.is_finite()));
+}

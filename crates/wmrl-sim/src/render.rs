@@ -164,12 +164,12 @@ impl Renderer {
             agent.draw(&agent_cam, m, rot, trans, c, t);
             wrist.draw(&wrist_cam, m, rot, trans, c, t);
         }
-        // The hand: palm and fingers on both cameras, the arm on agentview.
+        // The hand: palm and fingers, and a forearm on the agent view.
         let ap = g.aperture();
         let palm = gp.transform_point(Vec3::new(0.0, 0.0, FINGER_ABOVE + 0.012));
         let pm = &self.meshes[self.palm_mesh];
+        // The wrist camera is mounted on the palm: it sees the fingers only.
         agent.draw(&agent_cam, pm, gp.rotation, palm, HAND, HAND);
-        wrist.draw(&wrist_cam, pm, gp.rotation, palm, HAND, HAND);
         for s in [-1.0f32, 1.0] {
             let f = gp.transform_point(Vec3::new(
                 s * (0.5 * ap + 0.006),

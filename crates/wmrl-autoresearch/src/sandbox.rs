@@ -248,7 +248,10 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn bwrap_args(workdir: &Path) -> Vec<String> {
+/// `python` is the interpreter the run uses: when it lives in a virtual
+/// environment under `/tmp` (a checkout there), the private `/tmp` would hide
+/// it, so its environment directory is bound back read-only.
+fn bwrap_args(workdir: &Path, python: &Path) -> Vec<String> {
     let wd = workdir.display().to_string();
     let mut a: Vec<String> = [
         "--ro-bind",
@@ -270,6 +273,14 @@ fn bwrap_args(workdir: &Path) -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if let Some(env_root) = python
+        .parent()
+        .and_then(Path::parent)
+        .filter(|r| python.is_absolute() && r.starts_with("/tmp") && r.is_dir())
+    {
+        let r = env_root.display().to_string();
+        a.extend(["--ro-bind".into(), r.clone(), r]);
+    }
     a.extend([
         "--bind".into(),
         wd.clone(),
@@ -554,7 +565,9 @@ impl Sandbox {
         let mut cmd = match self.backend {
             Isolation::Bwrap => {
                 let mut c = Command::new("bwrap");
-                c.args(bwrap_args(&wd)).arg(&python).args(&py_args);
+                c.args(bwrap_args(&wd, &self.cfg.python))
+                    .arg(&python)
+                    .args(&py_args);
                 c
             }
             Isolation::UnshareNet => {
@@ -697,7 +710,8 @@ fn probe(drop_uid: bool, uid_base: u32) -> Isolation {
     };
     let tmp = std::env::temp_dir();
     let mut bw = Command::new("bwrap");
-    bw.args(bwrap_args(&tmp)).arg("/bin/true");
+    bw.args(bwrap_args(&tmp, Path::new("/bin/true")))
+        .arg("/bin/true");
     if try_cmd(bw) {
         return Isolation::Bwrap;
     }

@@ -12,7 +12,7 @@ use crate::{Policy, PolicyError, PreparedInputs, Result};
 
 /// Loss settings. Defaults are METHOD.md's (clip 0.2, `kl_beta = 0.04`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct GrpoConfig {
     /// Lower clip: ratios below `1 - clip_low` stop pushing (PPO/GRPO: 0.2).
     pub clip_low: f64,

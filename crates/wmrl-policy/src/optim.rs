@@ -16,7 +16,7 @@ use crate::{Policy, PolicyError, Result};
 /// (OpenVLA: AdamW, lr 2e-4 for small models is typical; betas 0.9/0.95 as in
 /// LLM training; grad-norm clip 1.0).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct OptimConfig {
     /// Peak learning rate.
     pub lr: f64,

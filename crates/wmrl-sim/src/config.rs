@@ -8,7 +8,7 @@ use crate::{Result, SimError};
 
 /// How the tabletop simulator runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SimConfig {
     /// Square camera size in pixels for both cameras (64..=256). Default 128,
     /// the size LIBERO-Long policies are commonly trained on.

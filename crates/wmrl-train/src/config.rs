@@ -305,6 +305,12 @@ mod tests {
         assert!(err.to_string().contains("eval.init_states"), "{err}");
         let err = TrainConfig::from_toml("[wmrl.weight]\nw_max = 0.5\n", "t.toml").expect_err("w");
         assert!(err.to_string().contains("weight.w_max"), "{err}");
+        let err =
+            TrainConfig::from_toml("[env.sim]\nimage_sise = 64\n", "t.toml").expect_err("nested");
+        assert!(err.to_string().contains("image_sise"), "{err}");
+        let err =
+            TrainConfig::from_toml("[update.optim]\nlr_max = 1.0\n", "t.toml").expect_err("nested");
+        assert!(err.to_string().contains("lr_max"), "{err}");
         let ok = TrainConfig::from_toml("arm = \"sparse\"\nsteps = 3\n", "t.toml").expect("ok");
         assert_eq!(ok.arm, Arm::Sparse);
         let round = TrainConfig::from_toml(&ok.to_toml(), "round").expect("round trip");

@@ -31,7 +31,7 @@ pub enum ExecutionProvider {
 
 /// Inference settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct WorldModelConfig {
     /// Rollouts per ONNX Runtime call (default 64).
     pub batch_size: usize,

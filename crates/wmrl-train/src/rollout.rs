@@ -169,7 +169,8 @@ pub fn collect(
                 let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();
                 for ((slot, _), r) in acts.iter().zip(results) {
                     let l = &mut live[*slot];
-                    let k = active.iter().position(|a| a == slot).unwrap_or(0);
+                    // `active` is ascending, so the slot's index is a binary search.
+                    let k = active.binary_search(slot).unwrap_or(0);
                     if restarted.contains(slot) {
                         // The worker died: the episode starts over from its
                         // reset; what was collected of it is void.

@@ -8,6 +8,8 @@
 //!   on episodes labelled by the simulator's progress oracle.
 //! - [`export`]: the trained weights as a real `.onnx` file (opset 17), the
 //!   graph built here with hand-written protobuf messages ([`onnx_proto`]).
+//! - [`mlp`]: any small dense network (`x @ W + b` layers) as an ONNX file,
+//!   and [`MlpSession`] to run it through ONNX Runtime.
 //! - [`metrics`]: Spearman, AUROC and calibration curves for `wmrl wm report`.
 //!
 //! The ONNX Runtime library is loaded at run time ([`runtime`]); when it is
@@ -20,6 +22,7 @@ mod error;
 pub mod export;
 mod inference;
 pub mod metrics;
+pub mod mlp;
 pub mod net;
 pub mod onnx_proto;
 pub mod parity;
@@ -33,6 +36,7 @@ pub use contract::ModelShape;
 pub use error::{Result, WmError};
 pub use export::export_onnx;
 pub use inference::{ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig};
+pub use mlp::{Activation, DenseLayer, MlpGraph, MlpSession, export_mlp_onnx};
 pub use net::{NetConfig, ProgressNet};
 pub use runtime::runtime_available;
 

@@ -192,6 +192,10 @@ pub struct BenchResult {
     pub reports: Vec<TrainReport>,
     pub predictor_train: crate::collect::PredictorEval,
     pub predictor_heldout: crate::collect::PredictorEval,
+    /// Largest |candle - ONNX Runtime| of the exported predictor on 256
+    /// random inputs (`onnx_predictor::max_abs_diff`).
+    #[serde(default)]
+    pub predictor_onnx_max_abs_diff: f64,
     /// Sandbox CPU seconds of the predictor's training data (paid once,
     /// shared by `wm` and `wmrl`; not part of any arm's training cost).
     pub predictor_data_cpu_secs: f64,
@@ -239,6 +243,10 @@ impl BenchResult {
             f(self.predictor_train.spearman_pooled)
         );
         s += &format!(
+            "predictor scored as ONNX through ONNX Runtime (predictor.onnx; max |candle - ort| {:.1e} on 256 random inputs)\n",
+            self.predictor_onnx_max_abs_diff
+        );
+        s += &format!(
             "predictor data (once, shared by wm and wmrl): {:.1} sandbox CPU-s\n",
             self.predictor_data_cpu_secs
         );
@@ -246,8 +254,10 @@ impl BenchResult {
     }
 }
 
-/// Collect predictor data, fit the predictor, train every arm for every seed,
-/// write `bench.json`, per-run JSONL metrics and the PNG into `out`.
+/// Collect predictor data, fit the predictor, export it to
+/// `out/predictor.onnx` (scored through ONNX Runtime from then on), train
+/// every arm for every seed, write `bench.json`, per-run JSONL metrics and
+/// the PNG into `out`.
 pub fn run_bench(
     cfg: &BenchConfig,
     suite: &crate::Suite,
@@ -264,10 +274,17 @@ pub fn run_bench(
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
     let (pred, mse) = crate::predictor::Predictor::train(&cfg.predictor, &train_data)?;
     pred.save(&out.join("predictor.json"))?;
-    let predictor_train = evaluate_predictor(&pred, &train_data)?;
-    let predictor_heldout = evaluate_predictor(&pred, &held_data)?;
+    // Everything below scores through the ONNX file, as users run it.
+    let onnx = crate::onnx_predictor::OnnxPredictor::export_and_load(
+        &pred,
+        &out.join(crate::onnx_predictor::FILE_NAME),
+    )?;
+    let onnx_max_abs_diff = crate::onnx_predictor::max_abs_diff(&pred, &onnx, 256, 0)?;
+    let predictor_train = evaluate_predictor(&onnx, &train_data)?;
+    let predictor_heldout = evaluate_predictor(&onnx, &held_data)?;
     tracing::info!(
         mse,
+        onnx_max_abs_diff,
         ?predictor_heldout,
         "predictor fitted on training competitions"
     );
@@ -280,7 +297,7 @@ pub fn run_bench(
                 seed,
                 suite,
                 ex,
-                Some(&pred),
+                Some(&onnx),
                 Some(&out.join(format!("{}_seed{seed}.jsonl", arm.name()))),
             )?;
             tracing::info!(
@@ -320,6 +337,7 @@ pub fn run_bench(
         reports,
         predictor_train,
         predictor_heldout,
+        predictor_onnx_max_abs_diff: onnx_max_abs_diff,
         predictor_data_cpu_secs,
         cpu_ratio_real_over_wmrl,
         wmrl_minus_real,

@@ -13,7 +13,8 @@ use crate::competition::{Split, Suite};
 use crate::error::{Error, Result, io_err};
 use crate::execute::Executor;
 use crate::nn::seeded;
-use crate::predictor::{Example, Predictor, spearman};
+use crate::onnx_predictor::OnnxPredictor;
+use crate::predictor::{Example, spearman};
 use crate::solution::{N_SLOTS, SLOTS, Solution};
 use crate::train::execute_all;
 
@@ -96,7 +97,8 @@ pub struct PredictorEval {
     pub mae: f64,
 }
 
-pub fn evaluate_predictor(p: &Predictor, examples: &[Example]) -> Result<PredictorEval> {
+/// Scores come from the ONNX file through ONNX Runtime, as in training.
+pub fn evaluate_predictor(p: &OnnxPredictor, examples: &[Example]) -> Result<PredictorEval> {
     let pred = p.predict(&examples.iter().map(Example::input).collect::<Vec<_>>())?;
     let real: Vec<f64> = examples.iter().map(|e| e.reward).collect();
     let mut names: Vec<&str> = examples.iter().map(|e| e.competition.as_str()).collect();

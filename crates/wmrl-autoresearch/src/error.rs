@@ -25,6 +25,10 @@ pub enum Error {
     Sandbox(String),
     #[error("model: {0}")]
     Model(#[from] candle_core::Error),
+    /// Exporting the predictor to ONNX, or loading or running it through
+    /// ONNX Runtime (the message names the file).
+    #[error("onnx predictor: {0}")]
+    Onnx(#[from] wmrl_worldmodel::WmError),
     #[error("core: {0}")]
     Core(#[from] wmrl_core::CoreError),
     #[error("invalid config: {0}")]

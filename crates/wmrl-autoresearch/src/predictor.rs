@@ -2,7 +2,10 @@
 //! (competition meta-features, solution choice) to the reward ladder's value
 //! without running the code. A candle MLP (meta ++ one-hot -> hidden ->
 //! hidden -> sigmoid), trained by mean squared error on executed solutions of
-//! TRAINING competitions only. Its weights are saved as JSON.
+//! TRAINING competitions only. Its weights are saved as JSON; for scoring it
+//! is exported to ONNX and run through ONNX Runtime
+//! ([`crate::onnx_predictor`]). [`Predictor::predict`] is the candle
+//! reference the export is checked against, not the scoring path.
 
 use std::path::Path;
 
@@ -90,6 +93,10 @@ impl Predictor {
         })
     }
 
+    pub(crate) fn layers(&self) -> &[Dense; 3] {
+        &self.layers
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.layers[0].forward(x)?.relu()?;
         let h = self.layers[1].forward(&h)?.relu()?;
@@ -129,7 +136,10 @@ impl Predictor {
         Ok((p, mse))
     }
 
-    /// Predicted ladder values for a batch of inputs (one forward pass).
+    /// Predicted ladder values for a batch of inputs (one candle forward
+    /// pass): the reference for the ONNX export's parity check. Scoring
+    /// during training and benchmarks goes through
+    /// [`OnnxPredictor`](crate::onnx_predictor::OnnxPredictor).
     pub fn predict(&self, inputs: &[Vec<f32>]) -> Result<Vec<f64>> {
         if inputs.is_empty() {
             return Ok(Vec::new());

@@ -20,8 +20,9 @@ use crate::competition::{Split, Suite};
 use crate::error::{Error, Result, io_err};
 use crate::execute::{Executor, Outcome};
 use crate::nn::seeded;
+use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition};
-use crate::predictor::{Predictor, input};
+use crate::predictor::input;
 
 /// The three arms of the AutoResearch benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,7 +140,7 @@ impl TrainReport {
 struct StepScorers<'a> {
     suite: &'a Suite,
     executor: &'a Executor,
-    predictor: Option<&'a Predictor>,
+    predictor: Option<&'a OnnxPredictor>,
     groups: &'a [(usize, Vec<Sample>)],
     ledger: &'a mut Ledger,
 }
@@ -261,7 +262,8 @@ pub fn evaluate(
     Ok((pos, rew, valid))
 }
 
-/// Train one arm with one seed. `predictor` is required for `wm` and `wmrl`.
+/// Train one arm with one seed. `predictor` (the exported ONNX file, scored
+/// through ONNX Runtime) is required for `wm` and `wmrl`.
 /// Step metrics go to `metrics` as JSONL when given.
 pub fn train(
     cfg: &TrainConfig,
@@ -269,7 +271,7 @@ pub fn train(
     seed: u64,
     suite: &Suite,
     executor: &Executor,
-    predictor: Option<&Predictor>,
+    predictor: Option<&OnnxPredictor>,
     metrics: Option<&Path>,
 ) -> Result<TrainReport> {
     if arm != ArArm::Real && predictor.is_none() {

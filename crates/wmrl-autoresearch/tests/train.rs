@@ -5,6 +5,7 @@
 use wmrl_autoresearch::collect::{collect, evaluate_predictor};
 use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
+use wmrl_autoresearch::onnx_predictor::{FILE_NAME, OnnxPredictor};
 use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
 use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
 
@@ -32,7 +33,9 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         &data,
     )
     .unwrap();
-    assert_eq!(evaluate_predictor(&pred, &data).unwrap().n, data.len());
+    // The arms score through the exported ONNX file and ONNX Runtime.
+    let onnx = OnnxPredictor::export_and_load(&pred, &cache.path().join(FILE_NAME)).unwrap();
+    assert_eq!(evaluate_predictor(&onnx, &data).unwrap().n, data.len());
     let cfg = TrainConfig {
         steps: 2,
         groups_per_step: 2,
@@ -42,7 +45,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         ..Default::default()
     };
     for arm in ArArm::ALL {
-        let r = train(&cfg, arm, 7, &suite, &ex, Some(&pred), None).unwrap();
+        let r = train(&cfg, arm, 7, &suite, &ex, Some(&onnx), None).unwrap();
         assert_eq!(r.evals.len(), 2, "{arm:?}");
         assert_eq!(r.steps.len(), 2);
         let l = &r.ledger;

@@ -8,6 +8,7 @@ use wmrl_autoresearch::bench::{BenchConfig, run_bench};
 use wmrl_autoresearch::collect::{collect, evaluate_predictor, read_examples, write_examples};
 use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
+use wmrl_autoresearch::onnx_predictor::{OnnxPredictor, max_abs_diff};
 use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
 use wmrl_autoresearch::sandbox::repo_root;
 use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
@@ -71,8 +72,9 @@ pub enum Sub {
         #[command(flatten)]
         common: Common,
     },
-    /// Train the outcome predictor on training-split data; report its rank
-    /// correlation on held-out data.
+    /// Train the outcome predictor on training-split data, export it to
+    /// ONNX (`--out`, e.g. predictor.onnx; the candle weights go beside it as
+    /// .json); report its rank correlation, scored through ONNX Runtime.
     FitPredictor {
         #[arg(long)]
         data: PathBuf,
@@ -89,8 +91,9 @@ pub enum Sub {
         arm: String,
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Outcome predictor (required for wm and wmrl; see fit-predictor).
-        #[arg(long, default_value = "runs/autoresearch/predictor.json")]
+        /// Outcome predictor ONNX file, run through ONNX Runtime (required
+        /// for wm and wmrl; see fit-predictor).
+        #[arg(long, default_value = "runs/autoresearch/predictor.onnx")]
         predictor: PathBuf,
         /// TrainConfig as JSON (defaults otherwise).
         #[arg(long)]
@@ -152,7 +155,7 @@ fn mkdir(p: &Path) -> anyhow::Result<()> {
 
 fn print_predictor_eval(
     label: &str,
-    p: &Predictor,
+    p: &OnnxPredictor,
     data: &[wmrl_autoresearch::predictor::Example],
 ) -> anyhow::Result<serde_json::Value> {
     let e = evaluate_predictor(p, data)?;
@@ -235,12 +238,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     );
                 }
             }
+            if out.extension().is_some_and(|e| e == "json") {
+                bail!(
+                    "--out is the ONNX file (e.g. predictor.onnx); the JSON weights go beside it"
+                );
+            }
             let (p, mse) = Predictor::train(&PredictorConfig::default(), &train_data)?;
-            p.save(&out)?;
-            println!("predictor: train mse {mse:.4} -> {}", out.display());
-            print_predictor_eval("training data", &p, &train_data)?;
+            if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+                mkdir(dir)?;
+            }
+            let weights = out.with_extension("json");
+            p.save(&weights)?;
+            let onnx = OnnxPredictor::export_and_load(&p, &out)?;
+            println!(
+                "predictor: train mse {mse:.4} -> {} (ONNX, scored through ONNX Runtime; weights {}); max |candle - ort| on 256 random inputs {:.1e}",
+                out.display(),
+                weights.display(),
+                max_abs_diff(&p, &onnx, 256, 0)?
+            );
+            print_predictor_eval("training data", &onnx, &train_data)?;
             if let Some(h) = heldout {
-                print_predictor_eval("held-out competitions", &p, &read_examples(&h)?)?;
+                print_predictor_eval("held-out competitions", &onnx, &read_examples(&h)?)?;
             }
         }
         Sub::Train {
@@ -264,10 +282,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let pred = if arm == ArArm::Real {
                 None
             } else {
-                Some(
-                    Predictor::load(&predictor)
-                        .context("run `wmrl autoresearch fit-predictor` first")?,
-                )
+                Some(OnnxPredictor::load(&predictor).context(
+                    "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
+                )?)
             };
             let dir = out.join(format!("{}_seed{seed}", arm.name()));
             mkdir(&dir)?;

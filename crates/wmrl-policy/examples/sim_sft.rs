@@ -22,6 +22,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let preset = a.get(5).map(String::as_str).unwrap_or("tiny");
     let n_envs: usize = a.get(6).map(|s| s.parse()).transpose()?.unwrap_or(34);
     let mut cfg = PolicyConfig::preset(preset)?;
+    // Tuning overrides: WRIST=1, IMG=96, PATCH=16, VLAYERS=2, LAYERS=4.
+    let env_usize = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+    if let Some(w) = env_usize("WRIST") {
+        cfg.use_wrist = w != 0;
+    }
+    if let Some(v) = env_usize("IMG") {
+        cfg.image_size = v;
+    }
+    if let Some(v) = env_usize("PATCH") {
+        cfg.patch_size = v;
+    }
+    if let Some(v) = env_usize("VLAYERS") {
+        cfg.vision_layers = v;
+    }
+    if let Some(v) = env_usize("LAYERS") {
+        cfg.n_layers = v;
+    }
     let first =
         wmrl_env::read_episode(wmrl_env::list_episodes(&demos)?.first().ok_or("no demos")?)?;
     cfg.proprio_dim = first.steps[0].proprio.len();
@@ -42,6 +59,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..SftConfig::default()
     };
     scfg.optim.total_steps = steps;
+    if let Some(v) = std::env::var("LR").ok().and_then(|v| v.parse::<f64>().ok()) {
+        scfg.optim.lr = v;
+    }
+    if let Some(v) = env_usize("BS") {
+        scfg.batch_size = v;
+    }
     if steps > 0 {
         let rep = train_sft(&policy, &data, &scfg, &out, true, true)?;
         println!("{}", serde_json::to_string(&rep)?);

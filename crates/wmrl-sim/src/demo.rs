@@ -1,6 +1,7 @@
 //! Recording scripted-expert episodes in the project's episode format.
 
 use rand::SeedableRng;
+use rand_distr::{Distribution, Normal};
 use wmrl_env::{Environment, Episode, EpisodeStep, ResetRequest};
 
 use crate::env::{SUITE, TabletopEnv};
@@ -25,6 +26,39 @@ pub fn record_expert_episode(
     noise_std: f32,
     seed: u64,
 ) -> Result<Episode> {
+    record(env, task, init, seed, Noise::Label(noise_std))
+}
+
+/// DART-style demonstration (Laskey et al., 2017): the environment executes
+/// the expert's action plus Gaussian noise of standard deviation `dart_std`,
+/// but the episode records the clean expert action. The demonstrations then
+/// visit the perturbed states a learned policy drifts into and show the
+/// expert correcting them, which cuts compounding error in behaviour cloning.
+pub fn record_dart_episode(
+    env: &mut TabletopEnv,
+    task: usize,
+    init: usize,
+    dart_std: f32,
+    seed: u64,
+) -> Result<Episode> {
+    record(env, task, init, seed, Noise::Dart(dart_std))
+}
+
+#[derive(Clone, Copy)]
+enum Noise {
+    /// Noise in the executed and recorded action alike.
+    Label(f32),
+    /// Noise in the executed action only; the clean action is recorded.
+    Dart(f32),
+}
+
+fn record(
+    env: &mut TabletopEnv,
+    task: usize,
+    init: usize,
+    seed: u64,
+    noise: Noise,
+) -> Result<Episode> {
     let mut rng = sim_rng(seed);
     let mut obs = env.reset(ResetRequest {
         task,
@@ -38,8 +72,19 @@ pub fn record_expert_episode(
     })?;
     let mut steps = Vec::new();
     loop {
-        let action = env.expert_action(noise_std, &mut rng)?;
-        let r = env.step(&action)?;
+        let (action, r) = match noise {
+            Noise::Label(std) => {
+                let action = env.expert_action(std, &mut rng)?;
+                let r = env.step(&action)?;
+                (action, r)
+            }
+            Noise::Dart(std) => {
+                let clean = env.expert_action(0.0, &mut rng)?;
+                let executed = perturb(&clean, std, &mut rng)?;
+                let r = env.step(&executed)?;
+                (clean, r)
+            }
+        };
         steps.push(EpisodeStep {
             frames: std::mem::take(&mut obs.frames),
             proprio: std::mem::take(&mut obs.proprio),
@@ -57,13 +102,26 @@ pub fn record_expert_episode(
                 cameras: spec.cameras.clone(),
                 success: r.success,
                 final_progress: obs.progress,
-                source: if noise_std > 0.0 {
-                    format!("expert+noise{noise_std}")
-                } else {
-                    "expert".into()
+                source: match noise {
+                    Noise::Label(std) if std > 0.0 => format!("expert+noise{std}"),
+                    Noise::Dart(std) if std > 0.0 => format!("expert+dart{std}"),
+                    _ => "expert".into(),
                 },
                 steps,
             });
         }
     }
+}
+
+/// `action` plus N(0, std) per dimension, clipped to [-1, 1].
+fn perturb(action: &[f32], std: f32, rng: &mut SimRng) -> Result<Vec<f32>> {
+    if std <= 0.0 {
+        return Ok(action.to_vec());
+    }
+    let n =
+        Normal::new(0.0f32, std).map_err(|e| SimError::Config(format!("dart_std {std}: {e}")))?;
+    Ok(action
+        .iter()
+        .map(|v| (v + n.sample(rng)).clamp(-1.0, 1.0))
+        .collect())
 }

@@ -23,7 +23,7 @@ pub mod task;
 pub mod world;
 
 pub use config::SimConfig;
-pub use demo::{SimRng, record_expert_episode, sim_rng};
+pub use demo::{SimRng, record_dart_episode, record_expert_episode, sim_rng};
 pub use env::{PROPRIO_DIM, SUITE, TabletopEnv, make_vec_env, suite_spec};
 pub use error::{Result, SimError};
 pub use expert::Expert;

@@ -353,3 +353,23 @@ fn expert_episode_round_trips_through_the_episode_format() {
     let path = wmrl_env::write_episode(dir.path(), 0, &ep).expect("write");
     assert_eq!(wmrl_env::read_episode(&path).expect("read"), ep);
 }
+
+#[test]
+fn dart_episodes_record_the_clean_expert_action_while_executing_noise() {
+    let mut env = TabletopEnv::new(small()).expect("env");
+    let clean = wmrl_sim::record_expert_episode(&mut env, 5, 1, 0.0, 9).expect("clean");
+    // No noise: DART is the clean expert, step for step.
+    let zero = wmrl_sim::record_dart_episode(&mut env, 5, 1, 0.0, 9).expect("dart 0");
+    assert_eq!(zero, clean);
+    let noisy = wmrl_sim::record_expert_episode(&mut env, 5, 1, 0.3, 9).expect("noisy");
+    let dart = wmrl_sim::record_dart_episode(&mut env, 5, 1, 0.3, 9).expect("dart");
+    assert_eq!(dart.source, "expert+dart0.3");
+    // The executed noise perturbs the visited states...
+    assert_ne!(dart.steps[5].proprio, clean.steps[5].proprio);
+    // ...but the recorded gripper command stays the expert's clean open/close
+    // value, where label noise records the perturbed one.
+    let grip_clean = |ep: &wmrl_env::Episode| ep.steps.iter().all(|s| s.action[6].abs() == 1.0);
+    assert!(grip_clean(&clean));
+    assert!(grip_clean(&dart));
+    assert!(!grip_clean(&noisy));
+}

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use wmrl_sim::{SimConfig, TabletopEnv, record_expert_episode};
+use wmrl_sim::{SimConfig, TabletopEnv, record_dart_episode, record_expert_episode};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,6 +31,12 @@ pub struct Args {
     /// gives a spread of partial failures).
     #[arg(long, default_value_t = 0.0)]
     pub noise: f32,
+    /// DART noise: execute the expert's action plus Gaussian noise of this
+    /// standard deviation but record the clean action, so demonstrations show
+    /// the expert recovering from drift (what behaviour cloning needs; 0.1 is
+    /// the SFT default). Exclusive with `--noise`.
+    #[arg(long, default_value_t = 0.0)]
+    pub dart: f32,
     /// Seed of the action noise (episode k of task t uses seed + 1000 t + k).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -74,6 +80,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.noise >= 0.0 && args.noise.is_finite(),
         "--noise must be >= 0"
+    );
+    anyhow::ensure!(
+        args.dart >= 0.0 && args.dart.is_finite(),
+        "--dart must be >= 0"
+    );
+    anyhow::ensure!(
+        args.noise == 0.0 || args.dart == 0.0,
+        "--noise and --dart exclude each other: --noise records the noisy action, --dart the clean one"
     );
     let cfg = SimConfig {
         image_size: args.image_size,
@@ -139,13 +153,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         break;
                     }
                     let seed = args.seed + 1000 * t as u64 + k as u64;
-                    let res = record_expert_episode(&mut env, t, lo + k % n_init, args.noise, seed)
-                        .map_err(anyhow::Error::from)
-                        .and_then(|ep| {
-                            let path = wmrl_env::write_episode(&args.out, idx, &ep)?;
-                            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                            Ok((ep.success, ep.steps.len(), bytes))
-                        });
+                    let init = lo + k % n_init;
+                    let res = if args.dart > 0.0 {
+                        record_dart_episode(&mut env, t, init, args.dart, seed)
+                    } else {
+                        record_expert_episode(&mut env, t, init, args.noise, seed)
+                    };
+                    let res = res.map_err(anyhow::Error::from).and_then(|ep| {
+                        let path = wmrl_env::write_episode(&args.out, idx, &ep)?;
+                        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                        Ok((ep.success, ep.steps.len(), bytes))
+                    });
                     match res {
                         Ok((ok, n, bytes)) => {
                             if let Ok(mut st) = stats.lock() {

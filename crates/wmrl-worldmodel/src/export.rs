@@ -236,23 +236,11 @@ pub fn onnx_bytes(
     };
     let mut metadata = contract::metadata_for(config);
     metadata.extend(extra_metadata.iter().cloned());
-    let model = ModelProto {
-        ir_version: IR_VERSION,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: OPSET,
-        }],
-        producer_name: "wmrl".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        domain: "wmrl".into(),
-        model_version: 1,
-        doc_string: "Robometer-style progress model trained and exported by wmrl".into(),
-        graph: Some(graph),
-        metadata_props: metadata
-            .into_iter()
-            .map(|(key, value)| StringStringEntryProto { key, value })
-            .collect(),
-    };
+    let model = model_proto(
+        graph,
+        "Robometer-style progress model trained and exported by wmrl".into(),
+        metadata,
+    );
     Ok(model.encode_to_vec())
 }
 
@@ -263,12 +251,43 @@ pub fn export_onnx(
     path: &Path,
     extra_metadata: &[(String, String)],
 ) -> Result<()> {
-    let bytes = onnx_bytes(config, varmap, extra_metadata)?;
+    write_atomic(path, &onnx_bytes(config, varmap, extra_metadata)?)
+}
+
+/// The model wrapper every wmrl export shares: IR version, opset, producer,
+/// and the metadata entries.
+pub(crate) fn model_proto(
+    graph: GraphProto,
+    doc_string: String,
+    metadata: Vec<(String, String)>,
+) -> ModelProto {
+    ModelProto {
+        ir_version: IR_VERSION,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: OPSET,
+        }],
+        producer_name: "wmrl".into(),
+        producer_version: env!("CARGO_PKG_VERSION").into(),
+        domain: "wmrl".into(),
+        model_version: 1,
+        doc_string,
+        graph: Some(graph),
+        metadata_props: metadata
+            .into_iter()
+            .map(|(key, value)| StringStringEntryProto { key, value })
+            .collect(),
+    }
+}
+
+/// Write ONNX bytes atomically: parent directories, a temporary name, then
+/// rename, so a reader never sees a half-written model.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     }
     let tmp = path.with_extension("onnx.partial");
-    std::fs::write(&tmp, &bytes).map_err(|e| io_err(&tmp, e))?;
+    std::fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, e))?;
     std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
     Ok(())
 }

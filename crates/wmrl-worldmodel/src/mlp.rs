@@ -18,11 +18,8 @@ use ort::session::Session;
 use ort::value::{TensorElementType, TensorRef, ValueType};
 use prost::Message;
 
-use crate::export::OPSET;
 use crate::onnx_proto::*;
-use crate::{Result, WmError, error::io_err, runtime};
-
-const IR_VERSION: i64 = 8;
+use crate::{Result, WmError, runtime};
 
 /// The element-wise function after a layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,27 +150,11 @@ pub fn mlp_onnx_bytes(g: &MlpGraph) -> Result<Vec<u8>> {
         )],
         value_info: vec![],
     };
-    let model = ModelProto {
-        ir_version: IR_VERSION,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: OPSET,
-        }],
-        producer_name: "wmrl".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        domain: "wmrl".into(),
-        model_version: 1,
-        doc_string: format!("{} exported by wmrl", g.name),
-        graph: Some(graph),
-        metadata_props: g
-            .metadata
-            .iter()
-            .map(|(key, value)| StringStringEntryProto {
-                key: key.clone(),
-                value: value.clone(),
-            })
-            .collect(),
-    };
+    let model = crate::export::model_proto(
+        graph,
+        format!("{} exported by wmrl", g.name),
+        g.metadata.clone(),
+    );
     Ok(model.encode_to_vec())
 }
 
@@ -189,14 +170,7 @@ fn node(op: &str, inputs: &[&str], output: &str, layer: usize) -> NodeProto {
 
 /// Write `g` as an ONNX file atomically (temporary name, then rename).
 pub fn export_mlp_onnx(g: &MlpGraph, path: &Path) -> Result<()> {
-    let bytes = mlp_onnx_bytes(g)?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    }
-    let tmp = path.with_extension("onnx.partial");
-    std::fs::write(&tmp, &bytes).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    Ok(())
+    crate::export::write_atomic(path, &mlp_onnx_bytes(g)?)
 }
 
 /// A loaded one-input, one-output float32 network `[batch, in] -> [batch,

@@ -1,7 +1,6 @@
 //! Recording scripted-expert episodes in the project's episode format.
 
 use rand::SeedableRng;
-use rand_distr::{Distribution, Normal};
 use wmrl_env::{Environment, Episode, EpisodeStep, ResetRequest};
 
 use crate::env::{SUITE, TabletopEnv};
@@ -80,7 +79,7 @@ fn record(
             }
             Noise::Dart(std) => {
                 let clean = env.expert_action(0.0, &mut rng)?;
-                let executed = perturb(&clean, std, &mut rng)?;
+                let executed = crate::env::add_noise(&clean, std, &mut rng)?;
                 let r = env.step(&executed)?;
                 (clean, r)
             }
@@ -111,17 +110,4 @@ fn record(
             });
         }
     }
-}
-
-/// `action` plus N(0, std) per dimension, clipped to [-1, 1].
-fn perturb(action: &[f32], std: f32, rng: &mut SimRng) -> Result<Vec<f32>> {
-    if std <= 0.0 {
-        return Ok(action.to_vec());
-    }
-    let n =
-        Normal::new(0.0f32, std).map_err(|e| SimError::Config(format!("dart_std {std}: {e}")))?;
-    Ok(action
-        .iter()
-        .map(|v| (v + n.sample(rng)).clamp(-1.0, 1.0))
-        .collect())
 }

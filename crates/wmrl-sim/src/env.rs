@@ -206,15 +206,7 @@ impl TabletopEnv {
         let a = self
             .expert
             .act(&run.world, run.task, &run.status.holds, &self.cfg);
-        let mut out: Action = a.to_vec();
-        if noise_std > 0.0 {
-            let n = Normal::new(0.0f32, noise_std)
-                .map_err(|e| SimError::Config(format!("noise_std {noise_std}: {e}")))?;
-            for v in &mut out {
-                *v = (*v + n.sample(rng)).clamp(-1.0, 1.0);
-            }
-        }
-        Ok(out)
+        add_noise(&a, noise_std, rng)
     }
 
     /// Goal status after the last reset or step.
@@ -307,4 +299,18 @@ pub fn make_vec_env(cfg: &SimConfig, n: usize) -> Result<LocalVecEnv<TabletopEnv
         .map(|_| TabletopEnv::new(cfg.clone()))
         .collect::<Result<Vec<_>>>()?;
     Ok(LocalVecEnv::new(envs)?)
+}
+
+/// `action` plus N(0, std) per dimension, clipped to [-1, 1] (unchanged when
+/// `std <= 0`): the expert's action noise and the DART perturbation.
+pub(crate) fn add_noise<R: Rng + ?Sized>(action: &[f32], std: f32, rng: &mut R) -> Result<Action> {
+    let mut out: Action = action.to_vec();
+    if std > 0.0 {
+        let n = Normal::new(0.0f32, std)
+            .map_err(|e| SimError::Config(format!("noise_std {std}: {e}")))?;
+        for v in &mut out {
+            *v = (*v + n.sample(rng)).clamp(-1.0, 1.0);
+        }
+    }
+    Ok(out)
 }

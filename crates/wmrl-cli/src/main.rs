@@ -38,8 +38,9 @@ enum Command {
     /// Every arm over several seeds, then report.md with intervals, the label
     /// and compute ledger, and plots.
     Bench(cmd::bench::Args),
-    /// The whole pipeline on two CPU cores: demos, SFT, world model, post-
-    /// training with `sparse` and `wmrl`, held-out success table, report.md.
+    /// The whole pipeline on two CPU cores: demos, SFT, world model,
+    /// post-training with `sparse` and `wmrl`, held-out success table,
+    /// report.md (about 28 minutes; 11 with `--sft-policy models/policy-tiny`).
     Quickstart(cmd::quickstart::Args),
     /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
     ServeSim(cmd::serve_sim::Args),

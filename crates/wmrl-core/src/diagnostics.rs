@@ -70,6 +70,12 @@ pub struct LevelCoverage {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiagnosticsSummary {
     pub n_pairs: usize,
+    /// How well the raw world-model score ranks the anchors' real outcomes
+    /// on the policy's own rollouts ([`Diagnostics::concordance`]; the
+    /// AUROC for success when outcomes are binary). Absent in summaries
+    /// written before it existed.
+    #[serde(default)]
+    pub concordance: Option<f64>,
     pub bias_bins: Vec<BiasBin>,
     /// `mean_bias` is monotone (either direction) across real-score bins.
     pub bias_monotone: bool,
@@ -230,6 +236,35 @@ impl Diagnostics {
         Some((shift, q))
     }
 
+    /// Concordance of the raw world-model score with the real outcome over
+    /// the anchor pairs: of two pairs whose real outcomes differ, the
+    /// probability that the one with the higher outcome also has the higher
+    /// world-model score (ties in the score count one half). With binary
+    /// outcomes this is the AUROC of the score for success; 0.5 is chance.
+    /// `None` until two different outcomes have been seen.
+    pub fn concordance(&self) -> Option<f64> {
+        let mut p: Vec<(f64, f64)> = self.pairs.iter().map(|r| (r.real, r.wm)).collect();
+        p.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Compare every pair against all pairs with a strictly lower real
+        // outcome: O(n^2) over anchors, a few thousand at most per run.
+        let (mut agree, mut total) = (0.0f64, 0u64);
+        let mut lower_end = 0;
+        for i in 0..p.len() {
+            while p[lower_end].0 < p[i].0 {
+                lower_end += 1;
+            }
+            for q in &p[..lower_end] {
+                total += 1;
+                agree += match p[i].1.total_cmp(&q.1) {
+                    std::cmp::Ordering::Greater => 1.0,
+                    std::cmp::Ordering::Equal => 0.5,
+                    std::cmp::Ordering::Less => 0.0,
+                };
+            }
+        }
+        (total > 0).then(|| agree / total as f64)
+    }
+
     pub fn summary(&self, cfg: &CalibrationConfig) -> DiagnosticsSummary {
         let bias_bins = self.bias_bins(5);
         let biases: Vec<f64> = bias_bins.iter().map(|b| b.mean_bias).collect();
@@ -245,6 +280,7 @@ impl Diagnostics {
         let n_steps = self.steps.len().max(1) as f64;
         DiagnosticsSummary {
             n_pairs: self.pairs.len(),
+            concordance: self.concordance(),
             bias_monotone: is_monotone(&biases),
             distortion_monotone,
             bias_bins,

@@ -4,7 +4,7 @@
 use wmrl_core::rng::SplitMix64;
 use wmrl_core::{
     AnchorConfig, Arm, CalibrationConfig, CalibrationMode, CoreConfig, CoreError, CorrectionLoop,
-    ScorerError, Scorers, WeightConfig, group_disagreement,
+    Diagnostics, ScorerError, Scorers, WeightConfig, group_disagreement,
 };
 
 /// Each step draws fresh groups: a group level, then rollouts around it, with
@@ -138,7 +138,33 @@ fn monotone_bias_is_removed_by_calibration() {
         let summary = lp.diagnostics().summary(&lp.config().calibration);
         assert!(summary.distortion_monotone, "{:?}", summary.bias_bins);
         assert!(summary.n_pairs > 1000);
+        // A monotone distortion with little noise keeps the ranking.
+        let c = summary.concordance.expect("outcomes differ");
+        assert!(c > 0.9, "concordance {c}");
     }
+}
+
+#[test]
+fn concordance_is_the_auroc_for_binary_outcomes() {
+    use wmrl_core::diagnostics::PairRecord;
+    let pairs = |v: &[(f64, f64)]| Diagnostics {
+        pairs: v
+            .iter()
+            .map(|&(wm, real)| PairRecord { step: 0, wm, real })
+            .collect(),
+        ..Diagnostics::default()
+    };
+    // Successes score 0.3 and 0.2, failures 0.1 and 0.2: three of four
+    // success-failure pairs ordered right, one tied.
+    let d = pairs(&[(0.1, 0.0), (0.3, 1.0), (0.2, 0.0), (0.2, 1.0)]);
+    assert_eq!(d.concordance(), Some(3.5 / 4.0));
+    let reversed = pairs(&[(0.9, 0.0), (0.1, 1.0), (0.8, 0.0)]);
+    assert_eq!(reversed.concordance(), Some(0.0));
+    // Graded outcomes: every pair with different outcomes counts.
+    let graded = pairs(&[(0.1, 0.2), (0.2, 0.5), (0.4, 0.9), (0.3, 0.9)]);
+    assert_eq!(graded.concordance(), Some(1.0));
+    assert_eq!(pairs(&[(0.1, 1.0), (0.7, 1.0)]).concordance(), None);
+    assert_eq!(pairs(&[]).concordance(), None);
 }
 
 #[test]
@@ -146,6 +172,9 @@ fn non_monotone_bias_is_flagged() {
     let (lp, _) = run(Arm::Wmrl, CalibrationMode::Binned, tent, 20);
     let summary = lp.diagnostics().summary(&lp.config().calibration);
     assert!(!summary.distortion_monotone, "{:?}", summary.bias_bins);
+    // A tent scores r and 1 - r alike: the ranking is near chance.
+    let c = summary.concordance.expect("outcomes differ");
+    assert!((c - 0.5).abs() < 0.15, "concordance {c}");
 }
 
 #[test]

@@ -278,10 +278,11 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
             let d = &run.diagnostics;
             let _ = writeln!(
                 diag,
-                "| {} | {} | {} | {} | {} | {} | {} | {:.2} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
                 r.arm.name(),
                 run.seed,
                 d.n_pairs,
+                d.concordance.map_or("-".into(), |c| format!("{c:.3}")),
                 d.distortion_monotone,
                 d.min_coverage.map_or("-".into(), |c| format!("{c:.2}")),
                 match (d.map_shift, d.map_shift_noise_floor) {
@@ -312,7 +313,7 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
     let _ = writeln!(md, "## Calibration\n\n{calib_note}\n");
     let _ = writeln!(
         md,
-        "## Diagnostics of the unvalidated assumption (METHOD.md)\n\n| arm | seed | anchor pairs | distortion monotone | min level coverage | map shift early/late | disagreement first -> last | weight at w_max |\n|---|---|---|---|---|---|---|---|\n{diag}"
+        "## Diagnostics of the unvalidated assumption (METHOD.md)\n\nWM AUROC: how often the raw world-model score ranks an anchor rollout that succeeded above one that failed (0.5 is chance; the world model's quality on the policy's own rollouts).\n\n| arm | seed | anchor pairs | WM AUROC | distortion monotone | min level coverage | map shift early/late | disagreement first -> last | weight at w_max |\n|---|---|---|---|---|---|---|---|---|\n{diag}"
     );
     let path = bench.join("report.md");
     std::fs::write(&path, &md).map_err(crate::error::io_err(&path))?;

@@ -519,10 +519,24 @@ impl Trainer {
 pub fn read_summary(dir: &Path) -> Result<RunSummary> {
     let p: PathBuf = dir.join("summary.json");
     let text = std::fs::read_to_string(&p).map_err(io_err(&p))?;
-    serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
+    let mut summary: RunSummary = serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
         path: p.display().to_string(),
         message: e.to_string(),
-    })
+    })?;
+    // Summaries written before the concordance existed: recompute it from
+    // the run's anchor pairs.
+    if summary.diagnostics.concordance.is_none() {
+        let dp = dir.join("diagnostics.json");
+        if let Ok(text) = std::fs::read_to_string(&dp) {
+            let d: wmrl_core::Diagnostics =
+                serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
+                    path: dp.display().to_string(),
+                    message: e.to_string(),
+                })?;
+            summary.diagnostics.concordance = d.concordance();
+        }
+    }
+    Ok(summary)
 }
 
 /// The two scorers of the correction loop over a step's rollouts.

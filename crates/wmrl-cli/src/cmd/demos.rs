@@ -37,7 +37,9 @@ pub struct Args {
     /// the SFT default). Exclusive with `--noise`.
     #[arg(long, default_value_t = 0.0)]
     pub dart: f32,
-    /// Seed of the action noise (episode k of task t uses seed + 1000 t + k).
+    /// Seed of the action noise (episode k of task t uses seed + 1000 t + k,
+    /// so sets whose seeds differ by less than 10000 share noise streams;
+    /// the quickstart spaces its sets 100000 apart).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Camera size in pixels (64..=256).

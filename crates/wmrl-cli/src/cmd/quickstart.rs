@@ -31,14 +31,23 @@ pub struct Args {
     /// Noisy rollouts per task and noise level for the world model.
     #[arg(long, default_value_t = 6)]
     pub wm_rollouts_per_task: usize,
-    /// Camera size of every stage (the world model is trained at this size).
-    #[arg(long, default_value_t = 64)]
+    /// Camera size of every stage; the world model is trained at this size,
+    /// so it must match `[env.sim] image_size` of --config. The policy
+    /// downsamples to its own `image_size` (64 for `tiny`).
+    #[arg(long, default_value_t = 128)]
     pub image_size: u32,
-    /// SFT optimiser steps. The quickstart's default (1000, about 7 minutes)
-    /// trades SFT success for time; configs/policy_tiny.toml's 2500 steps are
-    /// what docs/results.md measures.
-    #[arg(long, default_value_t = 1000)]
-    pub sft_steps: usize,
+    /// Override SFT optimiser steps (and the cosine length). Default: the SFT
+    /// config's (2500 for configs/policy_tiny.toml, about 17 minutes on two
+    /// cores); fewer steps leave the policy below the 20-60% band
+    /// (docs/policy.md, "What SFT reaches").
+    #[arg(long)]
+    pub sft_steps: Option<usize>,
+    /// Start post-training from this SFT checkpoint (for example the shipped
+    /// models/policy-tiny) instead of recording demonstrations and training
+    /// one: skips the demonstration and SFT stages (about 17 of the 28
+    /// minutes).
+    #[arg(long)]
+    pub sft_policy: Option<PathBuf>,
     /// Override world-model training steps.
     #[arg(long)]
     pub wm_steps: Option<usize>,
@@ -76,11 +85,21 @@ fn p(path: &Path) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // Fail before any work if the post-training config renders frames of a
+    // size the quickstart's world model will not be trained on.
+    let train_cfg = wmrl_train::TrainConfig::load(&args.config)?;
+    anyhow::ensure!(
+        train_cfg.env.sim.image_size == args.image_size,
+        "{}: [env.sim] image_size = {} but --image-size is {}; the world model is trained at --image-size, so they must match",
+        args.config.display(),
+        train_cfg.env.sim.image_size,
+        args.image_size
+    );
     let q = &args.out;
     std::fs::create_dir_all(q)?;
     let demos = q.join("demos");
     let wm_rollouts = q.join("wm_rollouts");
-    let sft = q.join("sft");
+    let sft = args.sft_policy.clone().unwrap_or_else(|| q.join("sft"));
     let wm = q.join("wm");
     let bench = q.join("bench");
     let size = args.image_size.to_string();
@@ -88,31 +107,42 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut timings = Vec::new();
 
     let per = args.demos_per_task.to_string();
-    timings.push((
-        "demos",
-        stage(
+    let own_sft = args.sft_policy.is_none();
+    if own_sft {
+        timings.push((
             "demos",
-            demos.join("DONE").exists(),
-            &[
+            stage(
                 "demos",
-                "--tasks",
-                "all",
-                "--per-task",
-                &per,
-                "--init-states",
-                "0-15",
-                "--dart",
-                "0.1",
-                "--image-size",
-                &size,
-                "--seed",
-                "0",
-                "--out",
-                &p(&demos),
-            ],
-        )?,
-    ));
-    std::fs::write(demos.join("DONE"), "")?;
+                demos.join("DONE").exists(),
+                &[
+                    "demos",
+                    "--tasks",
+                    "all",
+                    "--per-task",
+                    &per,
+                    "--init-states",
+                    "0-15",
+                    "--dart",
+                    "0.1",
+                    "--image-size",
+                    &size,
+                    "--seed",
+                    "0",
+                    "--out",
+                    &p(&demos),
+                ],
+            )?,
+        ));
+        std::fs::write(demos.join("DONE"), "")?;
+    } else {
+        anyhow::ensure!(
+            sft.join(wmrl_policy::CONFIG_FILE).exists(),
+            "--sft-policy {}: no {} there (expected an SFT checkpoint directory)",
+            sft.display(),
+            wmrl_policy::CONFIG_FILE
+        );
+        println!("== demos, sft: skipped, starting from {}", sft.display());
+    }
 
     // World-model data: expert, mildly and strongly noisy rollouts of the
     // training states, so progress and failure both appear.
@@ -148,19 +178,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     timings.push(("wm rollouts", wm_secs));
 
-    let mut sft_args = vec![
-        "sft".to_string(),
-        "--config".into(),
-        p(&args.sft_config),
-        "--demos".into(),
-        p(&demos),
-        "--out".into(),
-        p(&sft),
-    ];
-    sft_args.extend(["--steps".into(), args.sft_steps.to_string()]);
-    let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
-    let a: Vec<&str> = sft_args.iter().map(String::as_str).collect();
-    timings.push(("sft", stage("sft", sft_done, &a)?));
+    if own_sft {
+        let mut sft_args = vec![
+            "sft".to_string(),
+            "--config".into(),
+            p(&args.sft_config),
+            "--demos".into(),
+            p(&demos),
+            "--out".into(),
+            p(&sft),
+        ];
+        if let Some(s) = args.sft_steps {
+            sft_args.extend(["--steps".into(), s.to_string()]);
+        }
+        let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
+        let a: Vec<&str> = sft_args.iter().map(String::as_str).collect();
+        timings.push(("sft", stage("sft", sft_done, &a)?));
+    }
 
     let mut wm_args = vec![
         "wm".to_string(),

@@ -524,15 +524,12 @@ pub fn read_summary(dir: &Path) -> Result<RunSummary> {
         message: e.to_string(),
     })?;
     // Summaries written before the concordance existed: recompute it from
-    // the run's anchor pairs.
+    // the run's anchor pairs when they can be read (it stays absent if not).
     if summary.diagnostics.concordance.is_none() {
-        let dp = dir.join("diagnostics.json");
-        if let Ok(text) = std::fs::read_to_string(&dp) {
-            let d: wmrl_core::Diagnostics =
-                serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
-                    path: dp.display().to_string(),
-                    message: e.to_string(),
-                })?;
+        let d = std::fs::read_to_string(dir.join("diagnostics.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<wmrl_core::Diagnostics>(&t).ok());
+        if let Some(d) = d {
             summary.diagnostics.concordance = d.concordance();
         }
     }

@@ -38,8 +38,9 @@ pub struct Args {
     #[arg(long, default_value_t = 0.0)]
     pub dart: f32,
     /// Seed of the action noise (episode k of task t uses seed + 1000 t + k,
-    /// so sets whose seeds differ by less than 10000 share noise streams;
-    /// the quickstart spaces its sets 100000 apart).
+    /// so two sets share episode seeds when their seeds differ by less than
+    /// --per-task, or by a multiple of 1000 give or take --per-task; the
+    /// quickstart spaces its sets 100000 apart).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Camera size in pixels (64..=256).

@@ -23,10 +23,14 @@ pub struct Args {
     #[arg(long, default_value = "configs/quickstart.toml")]
     pub config: PathBuf,
     /// SFT config (policy preset and schedule).
-    #[arg(long, default_value = "configs/policy_tiny.toml")]
+    #[arg(
+        long,
+        default_value = "configs/policy_tiny.toml",
+        conflicts_with = "sft_policy"
+    )]
     pub sft_config: PathBuf,
     /// DART expert demonstrations per task for SFT (training states 0-15).
-    #[arg(long, default_value_t = 24)]
+    #[arg(long, default_value_t = 24, conflicts_with = "sft_policy")]
     pub demos_per_task: usize,
     /// Noisy rollouts per task and noise level for the world model.
     #[arg(long, default_value_t = 6)]
@@ -40,7 +44,7 @@ pub struct Args {
     /// config's (2500 for configs/policy_tiny.toml, about 17 minutes on two
     /// cores); fewer steps leave the policy below the 20-60% band
     /// (docs/policy.md, "What SFT reaches").
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sft_policy")]
     pub sft_steps: Option<usize>,
     /// Start post-training from this SFT checkpoint (for example the shipped
     /// models/policy-tiny) instead of recording demonstrations and training
@@ -100,8 +104,38 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let demos = q.join("demos");
     let wm_rollouts = q.join("wm_rollouts");
     let sft = args.sft_policy.clone().unwrap_or_else(|| q.join("sft"));
+    if args.sft_policy.is_some() {
+        for f in [wmrl_policy::CONFIG_FILE, "model.safetensors"] {
+            anyhow::ensure!(
+                sft.join(f).exists(),
+                "--sft-policy {}: no {f} there (expected an SFT checkpoint directory)",
+                sft.display()
+            );
+        }
+    }
     let wm = q.join("wm");
-    let bench = q.join("bench");
+    // Post-training from a given checkpoint goes to its own directory, so it
+    // never picks up finished runs that started from the quickstart's SFT.
+    let bench = q.join(if args.sft_policy.is_none() {
+        "bench"
+    } else {
+        "bench-sft-policy"
+    });
+    // Finished runs are reused only if they started from the same policy.
+    let marker = bench.join("STARTED_FROM");
+    let from = p(&sft);
+    match std::fs::read_to_string(&marker) {
+        Ok(prev) => anyhow::ensure!(
+            prev.trim() == from,
+            "{}: its runs started from {}, not {from}; pass another --out",
+            bench.display(),
+            prev.trim()
+        ),
+        Err(_) => {
+            std::fs::create_dir_all(&bench)?;
+            std::fs::write(&marker, &from)?;
+        }
+    }
     let size = args.image_size.to_string();
     let t0 = Instant::now();
     let mut timings = Vec::new();
@@ -135,12 +169,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ));
         std::fs::write(demos.join("DONE"), "")?;
     } else {
-        anyhow::ensure!(
-            sft.join(wmrl_policy::CONFIG_FILE).exists(),
-            "--sft-policy {}: no {} there (expected an SFT checkpoint directory)",
-            sft.display(),
-            wmrl_policy::CONFIG_FILE
-        );
         println!("== demos, sft: skipped, starting from {}", sft.display());
     }
 

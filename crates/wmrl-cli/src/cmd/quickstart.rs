@@ -66,16 +66,17 @@ pub struct Args {
     pub seeds: u64,
 }
 
-fn stage(name: &str, done: bool, args: &[&str]) -> anyhow::Result<f64> {
+fn stage<S: AsRef<str>>(name: &str, done: bool, args: &[S]) -> anyhow::Result<f64> {
     if done {
         println!("== {name}: already done, skipped");
         return Ok(0.0);
     }
+    let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
     println!("== {name}: wmrl {}", args.join(" "));
     let t = Instant::now();
     let exe = std::env::current_exe().context("locating the wmrl binary")?;
     let status = Command::new(exe)
-        .args(args)
+        .args(&args)
         .status()
         .with_context(|| format!("starting stage {name}"))?;
     anyhow::ensure!(status.success(), "stage {name} failed ({status})");
@@ -103,8 +104,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(q)?;
     let demos = q.join("demos");
     let wm_rollouts = q.join("wm_rollouts");
+    let own_sft = args.sft_policy.is_none();
     let sft = args.sft_policy.clone().unwrap_or_else(|| q.join("sft"));
-    if args.sft_policy.is_some() {
+    if !own_sft {
         for f in [wmrl_policy::CONFIG_FILE, "model.safetensors"] {
             anyhow::ensure!(
                 sft.join(f).exists(),
@@ -116,11 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let wm = q.join("wm");
     // Post-training from a given checkpoint goes to its own directory, so it
     // never picks up finished runs that started from the quickstart's SFT.
-    let bench = q.join(if args.sft_policy.is_none() {
-        "bench"
-    } else {
-        "bench-sft-policy"
-    });
+    let bench = q.join(if own_sft { "bench" } else { "bench-sft-policy" });
     // Finished runs are reused only if they started from the same policy.
     let marker = bench.join("STARTED_FROM");
     let from = p(&sft);
@@ -141,7 +139,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut timings = Vec::new();
 
     let per = args.demos_per_task.to_string();
-    let own_sft = args.sft_policy.is_none();
     if own_sft {
         timings.push((
             "demos",
@@ -220,8 +217,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sft_args.extend(["--steps".into(), s.to_string()]);
         }
         let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
-        let a: Vec<&str> = sft_args.iter().map(String::as_str).collect();
-        timings.push(("sft", stage("sft", sft_done, &a)?));
+        timings.push(("sft", stage("sft", sft_done, &sft_args)?));
     }
 
     let mut wm_args = vec![
@@ -236,8 +232,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         wm_args.extend(["--steps".into(), s.to_string()]);
     }
     let onnx = wm.join("model.onnx");
-    let a: Vec<&str> = wm_args.iter().map(String::as_str).collect();
-    let mut wm_train = stage("world-model training", onnx.exists(), &a)?;
+    let mut wm_train = stage("world-model training", onnx.exists(), &wm_args)?;
     wm_train += stage(
         "world-model export",
         onnx.exists(),
@@ -266,8 +261,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(s) = args.steps {
         bench_args.extend(["--steps".into(), s.to_string()]);
     }
-    let a: Vec<&str> = bench_args.iter().map(String::as_str).collect();
-    timings.push(("post-training + eval", stage("post-training", false, &a)?));
+    timings.push((
+        "post-training + eval",
+        stage("post-training", false, &bench_args)?,
+    ));
 
     // The SFT starting point: every run evaluates it at step 0.
     let arms = wmrl_train::bench::parse_arms(&args.arms)?;

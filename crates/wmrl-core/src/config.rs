@@ -148,10 +148,14 @@ pub enum Arm {
     Denoise,
     /// Both corrections.
     Wmrl,
+    /// Control: `sparse` with the advantages shuffled within each group, so
+    /// the update has GRPO's magnitudes and no information. What noise alone
+    /// does to success; a gain must beat it.
+    SparseShuffled,
 }
 
 impl Arm {
-    pub const ALL: [Arm; 7] = [
+    pub const ALL: [Arm; 8] = [
         Arm::Sparse,
         Arm::SparseScarce,
         Arm::DenseRaw,
@@ -159,6 +163,7 @@ impl Arm {
         Arm::Debias,
         Arm::Denoise,
         Arm::Wmrl,
+        Arm::SparseShuffled,
     ];
 
     pub fn name(self) -> &'static str {
@@ -170,6 +175,7 @@ impl Arm {
             Arm::Debias => "debias",
             Arm::Denoise => "denoise",
             Arm::Wmrl => "wmrl",
+            Arm::SparseShuffled => "sparse_shuffled",
         }
     }
 
@@ -184,13 +190,14 @@ impl Arm {
             "debias" => Arm::Debias,
             "denoise" => Arm::Denoise,
             "wmrl" => Arm::Wmrl,
+            "sparse_shuffled" => Arm::SparseShuffled,
             _ => return None,
         })
     }
 
     /// Does the arm read the world model at all?
     pub fn uses_world_model(self) -> bool {
-        !matches!(self, Arm::Sparse | Arm::SparseScarce)
+        !matches!(self, Arm::Sparse | Arm::SparseScarce | Arm::SparseShuffled)
     }
     /// Does the arm ask for any real label?
     pub fn uses_real(self) -> bool {
@@ -198,7 +205,11 @@ impl Arm {
     }
     /// Are all groups anchors regardless of the anchor fraction?
     pub fn all_real(self) -> bool {
-        matches!(self, Arm::Sparse)
+        matches!(self, Arm::Sparse | Arm::SparseShuffled)
+    }
+    /// Are advantages permuted within each group (the noise control)?
+    pub fn shuffles(self) -> bool {
+        matches!(self, Arm::SparseShuffled)
     }
     pub fn calibrates(self) -> bool {
         matches!(self, Arm::Debias | Arm::Wmrl)
@@ -208,8 +219,25 @@ impl Arm {
     }
 }
 
+/// What an anchor rollout is rewarded with in the free-label regime (every
+/// group an anchor) by an arm that calibrates (METHOD.md, "free labels"; the
+/// reference implementation's embodied trainer). In the scarce regime anchor
+/// groups always train on the real outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AnchorReward {
+    /// `f(dense)`: the calibrated world-model score; the success enters only
+    /// through the map `f` (the reference's default).
+    #[default]
+    Calib,
+    /// `(w_mix * success + f(dense)) / (1 + w_mix)`.
+    Mix,
+    /// The 0/1 outcome only (the arm then equals `sparse`).
+    Sparse,
+}
+
 /// Everything wmrl-core needs for one run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CoreConfig {
     pub anchors: AnchorConfig,
@@ -223,6 +251,25 @@ pub struct CoreConfig {
     /// free-label regime, where every group is an anchor. Off reproduces the
     /// paper exactly.
     pub dense_fallback_on_flat_anchors: bool,
+    /// Free-label regime only: what anchor rollouts of a calibrating arm are
+    /// rewarded with. Reference default: `calib`.
+    pub anchor_reward: AnchorReward,
+    /// `w_mix` of `anchor_reward = "mix"`. Reference: 2.
+    pub mix_weight: f64,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        Self {
+            anchors: AnchorConfig::default(),
+            calibration: CalibrationConfig::default(),
+            weight: WeightConfig::default(),
+            advantage: AdvantageConfig::default(),
+            dense_fallback_on_flat_anchors: false,
+            anchor_reward: AnchorReward::Calib,
+            mix_weight: 2.0,
+        }
+    }
 }
 
 fn invalid(key: &'static str, value: impl ToString, reason: &'static str) -> CoreError {
@@ -287,6 +334,9 @@ impl CoreConfig {
         let v = &self.advantage;
         if !(v.eps.is_finite() && v.eps >= 0.0) {
             return Err(invalid("advantage.eps", v.eps, "must be >= 0"));
+        }
+        if !(self.mix_weight.is_finite() && self.mix_weight >= 0.0) {
+            return Err(invalid("mix_weight", self.mix_weight, "must be >= 0"));
         }
         if v.min_graded < 1 {
             return Err(invalid("advantage.min_graded", 0, "must be at least 1"));

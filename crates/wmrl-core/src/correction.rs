@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::advantage::group_advantages;
 use crate::anchors::AnchorScheduler;
 use crate::calibration::Calibrator;
-use crate::config::{Arm, CoreConfig};
+use crate::config::{AnchorReward, Arm, CoreConfig};
 use crate::diagnostics::{Diagnostics, PairRecord, RolloutRecord, StepRecord};
 use crate::error::check_finite;
+use crate::rng::SplitMix64;
 use crate::weight::{AnchorWeight, group_disagreement, variance};
 use crate::{CoreError, Result};
 
@@ -81,6 +82,9 @@ pub struct CorrectionLoop {
     weight: AnchorWeight,
     diagnostics: Diagnostics,
     step: u64,
+    /// Seed of the within-group permutations of the shuffled control arm.
+    #[serde(default)]
+    shuffle_seed: u64,
 }
 
 fn mean(xs: &[f64]) -> Option<f64> {
@@ -98,6 +102,7 @@ impl CorrectionLoop {
             cfg,
             arm,
             step: 0,
+            shuffle_seed: seed ^ 0x54AF_F1E5,
         })
     }
 
@@ -260,12 +265,30 @@ impl CorrectionLoop {
         let mut rewards = Vec::with_capacity(n);
         let mut advantages = Vec::with_capacity(n);
         let (mut fallback_groups, mut groups_skipped) = (0, 0);
+        // Free labels (every group an anchor) in an arm that calibrates: the
+        // anchor reward mode decides how success and f(dense) combine.
+        let free_reward = (arm.calibrates() && anchors.len() == n && wm_raw.is_some())
+            .then_some(self.cfg.anchor_reward)
+            .filter(|m| *m != AnchorReward::Sparse);
+        let mut shuffle = SplitMix64::new(self.shuffle_seed ^ self.step.wrapping_mul(0x9E37_79B9));
         for g in 0..n {
             let dense = match &wm_raw {
                 Some(wm) => Some(calibrate(&self.calibrator, &wm[g])?),
                 None => None,
             };
             let (r, w): (Vec<Option<f64>>, f64) = match (real_of[g], dense) {
+                (Some(real), Some(d)) if free_reward.is_some() => {
+                    let w_mix = self.cfg.mix_weight;
+                    let r = real
+                        .iter()
+                        .zip(d)
+                        .map(|(y, d)| match free_reward {
+                            Some(AnchorReward::Mix) => y.map(|y| (w_mix * y + d) / (1.0 + w_mix)),
+                            _ => Some(d),
+                        })
+                        .collect();
+                    (r, 1.0)
+                }
                 (Some(real), dense) => {
                     let graded: Vec<f64> = real.iter().flatten().copied().collect();
                     let flat = graded.len() >= 2 && variance(&graded) < self.cfg.weight.min_var;
@@ -280,7 +303,10 @@ impl CorrectionLoop {
                 (None, Some(d)) => (d.into_iter().map(Some).collect(), 1.0),
                 (None, None) => (vec![None; group_sizes[g]], 1.0),
             };
-            let a = group_advantages(&r, w, &self.cfg.advantage)?;
+            let mut a = group_advantages(&r, w, &self.cfg.advantage)?;
+            if arm.shuffles() {
+                permute_graded(&mut a, &mut shuffle);
+            }
             if a.iter().all(Option::is_none) {
                 groups_skipped += 1;
             }
@@ -347,6 +373,16 @@ impl CorrectionLoop {
             real,
             stats,
         })
+    }
+}
+
+/// Permute the graded entries of a group's advantages among themselves
+/// (Fisher-Yates), leaving ungraded ones in place.
+fn permute_graded(a: &mut [Option<f64>], rng: &mut SplitMix64) {
+    let idx: Vec<usize> = (0..a.len()).filter(|&i| a[i].is_some()).collect();
+    for k in (1..idx.len()).rev() {
+        let j = rng.below(k + 1);
+        a.swap(idx[k], idx[j]);
     }
 }
 

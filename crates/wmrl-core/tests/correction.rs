@@ -215,7 +215,7 @@ fn arms_see_exactly_the_labels_they_are_allowed() {
         let out = lp.step(&[8; 16], None, &mut sim).expect("step");
         let graded = out.rewards.iter().flatten().filter(|r| r.is_some()).count();
         match arm {
-            Arm::Sparse => {
+            Arm::Sparse | Arm::SparseShuffled => {
                 assert_eq!(out.stats.labels_used, 128);
                 assert!(out.wm_raw.is_none());
             }

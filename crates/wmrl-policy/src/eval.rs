@@ -25,6 +25,10 @@ pub struct EvalConfig {
     /// Sampling temperature; 0 is greedy (the usual VLA evaluation).
     pub temperature: f32,
     pub seed: u64,
+    /// Episodes per (task, initial state); above 1 only makes sense when
+    /// sampling (the paper's measure: mean success over 8 sampled rollouts
+    /// per initial state). Each repeat draws its own random stream.
+    pub repeats: usize,
     /// Actions executed per policy call; 0 executes the whole chunk.
     pub execute_steps: usize,
     /// Stop an episode after this many steps even if the environment has
@@ -45,6 +49,7 @@ impl Default for EvalConfig {
             init_states: (16..50).collect(),
             temperature: 0.0,
             seed: 0,
+            repeats: 1,
             execute_steps: 0,
             max_steps: 0,
             gif_dir: None,
@@ -187,7 +192,9 @@ pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Resu
                     task.n_init_states
                 )));
             }
-            queue.push((t, s));
+            for _ in 0..cfg.repeats.max(1) {
+                queue.push((t, s));
+            }
         }
     }
     let gif_eps: Vec<usize> = match (&cfg.gif_dir, cfg.init_states.first()) {

@@ -133,6 +133,19 @@ impl PolicyOptimizer {
     /// Backward through `loss`, clip, update. Fails on a non-finite loss or
     /// gradient without touching the parameters.
     pub fn step(&mut self, loss: &Tensor) -> Result<StepStats> {
+        let lr = self.cfg.lr_at(self.step);
+        self.step_with_lr(loss, lr)
+    }
+
+    /// [`Self::step`] with the learning rate of schedule position
+    /// `schedule_step` instead of the optimiser's own step count (GRPO
+    /// schedules by training step, however many minibatches a step takes).
+    pub fn step_scheduled(&mut self, loss: &Tensor, schedule_step: usize) -> Result<StepStats> {
+        let lr = self.cfg.lr_at(schedule_step);
+        self.step_with_lr(loss, lr)
+    }
+
+    fn step_with_lr(&mut self, loss: &Tensor, lr: f64) -> Result<StepStats> {
         let lv = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         if !lv.is_finite() {
             return Err(PolicyError::NonFinite(format!("loss is {lv}")));
@@ -162,7 +175,6 @@ impl PolicyOptimizer {
         } else {
             1.0
         };
-        let lr = self.cfg.lr_at(self.step);
         self.step += 1;
         let t = self.step as i32;
         let (b1, b2) = (self.cfg.beta1, self.cfg.beta2);
@@ -181,6 +193,20 @@ impl PolicyOptimizer {
             s.var.set(&(theta - (upd * lr)?)?)?;
         }
         Ok(StepStats { grad_norm, lr })
+    }
+
+    /// The gradient of `loss` with respect to every parameter, flattened in
+    /// a fixed order (for diagnostics: nothing is updated).
+    pub fn gradient(&self, loss: &Tensor) -> Result<Vec<f32>> {
+        let grads = loss.backward()?;
+        let mut out = Vec::new();
+        for s in &self.slots {
+            match grads.get(s.var.as_tensor()) {
+                Some(g) => out.extend(g.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?),
+                None => out.extend(std::iter::repeat_n(0.0, s.var.elem_count())),
+            }
+        }
+        Ok(out)
     }
 
     /// Save the moments and the step counter.

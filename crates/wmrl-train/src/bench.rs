@@ -15,24 +15,140 @@ use crate::stats::MeanCi;
 use crate::trainer::{RunSummary, read_summary};
 use crate::{Result, TrainError};
 
-/// The run directory of one (arm, seed).
-pub fn run_dir(bench: &Path, arm: Arm, seed: u64) -> PathBuf {
-    bench.join(arm.name()).join(format!("seed{seed}"))
+/// One column of a bench: a reward arm under a name, with its own config
+/// overrides (`wmrl` with free labels and `anchor_reward = "mix"`, say).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchArm {
+    /// Directory and table name; the arm's own name for a plain arm.
+    pub name: String,
+    pub arm: Arm,
+    /// `section.key=value` overrides applied to this arm's runs only.
+    pub set: Vec<String>,
 }
 
-/// Parse `all` or a comma list of arm names.
-pub fn parse_arms(s: &str) -> Result<Vec<Arm>> {
-    if s == "all" {
-        return Ok(Arm::ALL.to_vec());
+impl BenchArm {
+    pub fn plain(arm: Arm) -> Self {
+        Self {
+            name: arm.name().to_string(),
+            arm,
+            set: Vec::new(),
+        }
+    }
+
+    /// Parse `NAME:ARM:KEY=VALUE,KEY=VALUE` (`--variant`), e.g.
+    /// `wmrl_mix:wmrl:wmrl.anchors.fraction=1.0,wmrl.anchor_reward=mix`.
+    /// Values cannot contain commas.
+    pub fn parse_variant(s: &str) -> Result<Self> {
+        let bad = |m: String| TrainError::Config {
+            path: "--variant".into(),
+            message: format!("`{s}`: {m} (expected NAME:ARM:KEY=VALUE,KEY=VALUE)"),
+        };
+        let mut it = s.splitn(3, ':');
+        let name = it.next().unwrap_or("").trim();
+        let arm_name = it.next().ok_or_else(|| bad("no arm".into()))?.trim();
+        let set: Vec<String> = it
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|x| !x.is_empty())
+            .map(String::from)
+            .collect();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(bad("the name must be letters, digits, `_` or `-`".into()));
+        }
+        if name == "start" {
+            return Err(bad("`start` is the bench's evaluation of the start".into()));
+        }
+        let arm =
+            Arm::from_name(arm_name).ok_or_else(|| bad(format!("unknown arm `{arm_name}`")))?;
+        if let Some(o) = set.iter().find(|o| !o.contains('=')) {
+            return Err(bad(format!("`{o}` is not KEY=VALUE")));
+        }
+        Ok(Self {
+            name: name.to_string(),
+            arm,
+            set,
+        })
+    }
+}
+
+/// The run directory of one (bench arm, seed).
+pub fn run_dir(bench: &Path, name: &str, seed: u64) -> PathBuf {
+    bench.join(name).join(format!("seed{seed}"))
+}
+
+/// The directory of the bench's one evaluation of the shared start (a
+/// zero-step run): every arm and seed starts from that policy and is
+/// evaluated on the same episodes, so it is evaluated once.
+pub fn start_dir(bench: &Path) -> PathBuf {
+    bench.join("start")
+}
+
+/// Paired differences `a - b` over the seeds both finished (held-out
+/// greedy success), with a 95% t-interval.
+pub fn paired(a: &ArmResult, b: &ArmResult) -> Option<MeanCi> {
+    let d: Vec<f64> = a
+        .runs
+        .iter()
+        .filter_map(|x| {
+            b.runs
+                .iter()
+                .find(|y| y.seed == x.seed)
+                .map(|y| x.heldout.rate - y.heldout.rate)
+        })
+        .collect();
+    MeanCi::of(&d)
+}
+
+/// `+3.2 [0.4, 6.0]` points.
+fn pts(c: &MeanCi) -> String {
+    if c.n < 2 {
+        return format!("{:+.1} (1 seed)", 100.0 * c.mean);
+    }
+    format!(
+        "{:+.1} [{:+.1}, {:+.1}]",
+        100.0 * c.mean,
+        100.0 * c.lo,
+        100.0 * c.hi
+    )
+}
+
+/// Held-out curve points of one run: the periodic `curve` evaluations (the
+/// start's, from the bench's start run, when the run did not evaluate its
+/// own step 0), falling back to `heldout` records of older runs.
+fn curve_points(dir: &Path, start: &[EvalRecord]) -> Result<Vec<(f64, f64)>> {
+    let evals: Vec<EvalRecord> = metrics::read_all(&dir.join("eval.jsonl"))?;
+    let mut ev: Vec<&EvalRecord> = evals.iter().filter(|e| e.split == "curve").collect();
+    if ev.is_empty() {
+        ev = evals.iter().filter(|e| e.split == "heldout").collect();
+    } else if !ev.iter().any(|e| e.step == 0) {
+        ev.splice(0..0, start.iter().filter(|e| e.split == "curve"));
+    }
+    Ok(ev.iter().map(|e| (e.step as f64, e.success)).collect())
+}
+
+/// Parse `all`, `none` or a comma list of arm names.
+pub fn parse_arms(s: &str) -> Result<Vec<BenchArm>> {
+    match s.trim() {
+        "all" => return Ok(Arm::ALL.iter().map(|&a| BenchArm::plain(a)).collect()),
+        "none" | "" => return Ok(Vec::new()),
+        _ => {}
     }
     s.split(',')
         .map(|a| {
-            Arm::from_name(a.trim()).ok_or_else(|| TrainError::Config {
-                path: "--arms".into(),
-                message: format!(
-                    "unknown arm `{a}` (expected all, or a list of sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl)"
-                ),
-            })
+            Arm::from_name(a.trim())
+                .map(BenchArm::plain)
+                .ok_or_else(|| TrainError::Config {
+                    path: "--arms".into(),
+                    message: format!(
+                        "unknown arm `{a}` (expected all, none, or a list of sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl, sparse_shuffled)"
+                    ),
+                })
         })
         .collect()
 }
@@ -40,9 +156,12 @@ pub fn parse_arms(s: &str) -> Result<Vec<Arm>> {
 /// One arm's numbers over its seeds.
 #[derive(Debug, Clone)]
 pub struct ArmResult {
+    pub name: String,
     pub arm: Arm,
     pub runs: Vec<RunSummary>,
     pub heldout: MeanCi,
+    /// The paper's sampled measure, where the runs took it.
+    pub heldout_sampled: Option<MeanCi>,
     pub in_domain: Option<MeanCi>,
     pub labels: f64,
     pub sim_steps: f64,
@@ -51,12 +170,13 @@ pub struct ArmResult {
 }
 
 /// Collect finished runs of a bench directory.
-pub fn collect_results(bench: &Path, arms: &[Arm], seeds: &[u64]) -> Result<Vec<ArmResult>> {
+pub fn collect_results(bench: &Path, arms: &[BenchArm], seeds: &[u64]) -> Result<Vec<ArmResult>> {
     let mut out = Vec::new();
-    for &arm in arms {
+    for spec in arms {
+        let arm = spec.arm;
         let runs: Vec<RunSummary> = seeds
             .iter()
-            .filter_map(|&s| read_summary(&run_dir(bench, arm, s)).ok())
+            .filter_map(|&s| read_summary(&run_dir(bench, &spec.name, s)).ok())
             .collect();
         if runs.is_empty() {
             continue;
@@ -68,9 +188,15 @@ pub fn collect_results(bench: &Path, arms: &[Arm], seeds: &[u64]) -> Result<Vec<
             .collect();
         let mean =
             |f: &dyn Fn(&RunSummary) -> f64| runs.iter().map(f).sum::<f64>() / runs.len() as f64;
+        let sampled: Vec<f64> = runs
+            .iter()
+            .filter_map(|r| r.heldout_sampled.as_ref().map(|x| x.rate))
+            .collect();
         out.push(ArmResult {
+            name: spec.name.clone(),
             arm,
             heldout: MeanCi::of(&h).ok_or_else(|| TrainError::Report("no runs".into()))?,
+            heldout_sampled: MeanCi::of(&sampled),
             in_domain: MeanCi::of(&d),
             labels: mean(&|r| r.ledger.labels as f64),
             sim_steps: mean(&|r| r.ledger.sim_steps as f64),
@@ -103,7 +229,7 @@ fn mean_series(points: Vec<Vec<(f64, f64)>>) -> Vec<(f64, f64)> {
 
 /// Write `report.md` and its PNG plots into the bench directory; returns the
 /// success-rate table as text.
-pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> Result<String> {
+pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str) -> Result<String> {
     let results = collect_results(bench, arms, seeds)?;
     if results.is_empty() {
         return Err(TrainError::Report(format!(
@@ -111,27 +237,91 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
             bench.display()
         )));
     }
+    let start = read_summary(&start_dir(bench)).ok();
+    let start_evals: Vec<EvalRecord> =
+        metrics::read_all(&start_dir(bench).join("eval.jsonl")).unwrap_or_default();
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| arm | regime | seeds | held-out success % (95% CI) | in-domain success % (95% CI) | labels | sim steps | WM-scored rollouts | train s |"
+        "| arm | regime | seeds | held-out greedy % (95% CI) | gain over start, points (95% CI) | held-out sampled % | in-domain % | labels | sim steps | WM-scored rollouts | train s |"
     );
-    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|");
-    for r in &results {
-        let regime = r.runs.first().map_or("", |x| x.label_regime.as_str());
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|");
+    if let Some(s0) = &start {
         let _ = writeln!(
             table,
-            "| {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            r.arm.name(),
+            "| start (SFT) | - | 1 | {:.1} [{:.1}, {:.1}] (Wilson) | - | {} | {} | 0 | 0 | 0 | 0 |",
+            100.0 * s0.heldout.rate,
+            100.0 * s0.heldout.ci_low,
+            100.0 * s0.heldout.ci_high,
+            s0.heldout_sampled
+                .as_ref()
+                .map_or("-".into(), |x| format!("{:.1}", 100.0 * x.rate)),
+            s0.in_domain
+                .as_ref()
+                .map_or("-".into(), |x| format!("{:.1}", 100.0 * x.rate)),
+        );
+    }
+    for r in &results {
+        let regime = r.runs.first().map_or("", |x| x.label_regime.as_str());
+        let gain = start.as_ref().and_then(|s0| {
+            let d: Vec<f64> = r
+                .runs
+                .iter()
+                .map(|x| x.heldout.rate - s0.heldout.rate)
+                .collect();
+            MeanCi::of(&d)
+        });
+        let _ = writeln!(
+            table,
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            r.name,
             regime,
             r.runs.len(),
             r.heldout.pct(),
+            gain.map_or("-".into(), |g| pts(&g)),
+            r.heldout_sampled.map_or("-".into(), |c| c.pct()),
             r.in_domain.map_or("-".into(), |c| c.pct()),
             r.labels,
             r.sim_steps,
             r.wm_rollouts,
             r.wall_train_seconds,
         );
+    }
+
+    // Paired differences by seed: every arm against full-label `sparse` and
+    // the shuffled control, `wmrl` against `sparse_scarce` at equal labels.
+    let mut paired_md = String::new();
+    let find = |name: &str| results.iter().find(|r| r.name == name);
+    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    for base in ["sparse", "sparse_shuffled", "sparse_scarce"] {
+        for r in &results {
+            let scarce_wm = r.arm.uses_world_model()
+                && r.runs.first().is_some_and(|x| x.label_regime == "scarce");
+            if r.name != base && (base != "sparse_scarce" || scarce_wm) {
+                pairs.push((r.name.as_str(), base));
+            }
+        }
+    }
+    for (a, b) in pairs {
+        if let (Some(ra), Some(rb)) = (find(a), find(b))
+            && let Some(d) = paired(ra, rb)
+        {
+            let verdict = if d.n < 2 {
+                "one seed: not resolved"
+            } else if d.lo > 0.0 {
+                "resolved: the first is higher"
+            } else if d.hi < 0.0 {
+                "resolved: the second is higher"
+            } else {
+                "interval spans 0: not resolved"
+            };
+            let _ = writeln!(
+                paired_md,
+                "| `{a}` - `{b}` | {} | {} | {verdict} |",
+                d.n,
+                pts(&d)
+            );
+        }
     }
 
     // Overlaps, said plainly.
@@ -145,12 +335,7 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
             } else {
                 "separated: the second is higher"
             };
-            let _ = writeln!(
-                overlaps,
-                "- `{}` vs `{}`: {verdict}",
-                a.arm.name(),
-                b.arm.name()
-            );
+            let _ = writeln!(overlaps, "- `{}` vs `{}`: {verdict}", a.name, b.name);
         }
     }
 
@@ -165,12 +350,16 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
         let mut per_run_w = Vec::new();
         let mut per_run_batch = Vec::new();
         for s in seeds {
-            let dir = run_dir(bench, r.arm, *s);
+            let dir = run_dir(bench, &r.name, *s);
+            if !dir.join("summary.json").exists() {
+                continue;
+            }
+            per_run_eval.push(curve_points(&dir, &start_evals)?);
             let evals: Vec<EvalRecord> = metrics::read_all(&dir.join("eval.jsonl"))?;
-            let ev: Vec<&EvalRecord> = evals.iter().filter(|e| e.split == "heldout").collect();
-            per_run_eval.push(ev.iter().map(|e| (e.step as f64, e.success)).collect());
             per_run_labels.push(
-                ev.iter()
+                evals
+                    .iter()
+                    .filter(|e| e.split == "curve" || e.split == "heldout")
                     .map(|e| (e.labels_cumulative as f64, e.success))
                     .collect(),
             );
@@ -186,7 +375,7 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
                     .collect(),
             );
         }
-        let name = r.arm.name().to_string();
+        let name = r.name.clone();
         step_series.push(Series {
             name: name.clone(),
             points: mean_series(per_run_eval),
@@ -208,7 +397,7 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
     }
     line_plot(
         &bench.join("success_vs_step.png"),
-        "Held-out success vs training step (mean over seeds)",
+        "Held-out greedy success (curve states) vs training step, mean over seeds",
         "step",
         "success rate",
         &step_series,
@@ -222,7 +411,7 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
     )?;
     line_plot(
         &bench.join("batch_success_vs_step.png"),
-        "Training-batch success vs step",
+        "Sampled success of the training rollouts vs step, mean over seeds",
         "step",
         "success rate",
         &batch_series,
@@ -237,14 +426,14 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
     // Calibration map of the first seed of `wmrl` (or `debias`) at each snapshot.
     let calib_arm = results
         .iter()
-        .find(|r| r.arm == Arm::Wmrl)
+        .find(|r| r.arm == Arm::Wmrl && r.runs.iter().any(|x| x.diagnostics.n_pairs > 0))
         .or_else(|| results.iter().find(|r| r.arm.calibrates()));
     let mut calib_note = String::from("No calibrating arm ran, or no map was fitted.");
     if let Some(r) = calib_arm
         && let Some(s) = seeds.first()
     {
         let snaps: Vec<CalibrationSnapshot> =
-            metrics::read_all(&run_dir(bench, r.arm, *s).join("calibration.jsonl"))?;
+            metrics::read_all(&run_dir(bench, &r.name, *s).join("calibration.jsonl"))?;
         if !snaps.is_empty() {
             let series: Vec<Series> = snaps
                 .iter()
@@ -255,14 +444,14 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
                 .collect();
             line_plot(
                 &bench.join("calibration_map.png"),
-                &format!("Calibration map f (arm {}, seed {s})", r.arm.name()),
+                &format!("Calibration map f (arm {}, seed {s})", r.name),
                 "raw world-model score",
                 "calibrated score",
                 &series,
             )?;
             calib_note = format!(
                 "![calibration map](calibration_map.png)\n\nKnots of the fitted isotonic map of `{}` seed {s} at {} evaluation points.",
-                r.arm.name(),
+                r.name,
                 snaps.len()
             );
         }
@@ -279,7 +468,7 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
             let _ = writeln!(
                 diag,
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} |",
-                r.arm.name(),
+                r.name,
                 run.seed,
                 d.n_pairs,
                 d.concordance.map_or("-".into(), |c| format!("{c:.3}")),
@@ -298,14 +487,54 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
         }
     }
 
+    // Where a run's time goes, per training rollout (one compute thread per
+    // run, so wall seconds are CPU seconds when runs do not share a core).
+    let mut phases = String::new();
+    for r in &results {
+        let sum = |f: &dyn Fn(&wmrl_core::Ledger) -> f64| -> f64 {
+            r.runs.iter().map(|x| f(&x.ledger)).sum::<f64>()
+        };
+        let n = sum(&|l| l.real_executions as f64).max(1.0);
+        let eval_eps = sum(&|l| l.eval_episodes as f64).max(1.0);
+        let (sim, pol, wm, upd) = (
+            sum(&|l| l.real_seconds) / n,
+            sum(&|l| l.policy_seconds) / n,
+            sum(&|l| l.wm_seconds) / n,
+            sum(&|l| l.update_seconds) / n,
+        );
+        let _ = writeln!(
+            phases,
+            "| {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            r.name,
+            n / r.runs.len().max(1) as f64,
+            sim,
+            pol,
+            wm,
+            upd,
+            sim + pol + wm + upd,
+            sum(&|l| l.eval_seconds) / eval_eps,
+        );
+    }
+
     let mut md = String::new();
     let _ = writeln!(md, "# {title}\n");
     let _ = writeln!(
         md,
         "Every number below was produced by `wmrl bench` from the run directories beside this file. Success rates are real simulator successes on held-out initial states (and on the training states for in-domain); intervals are 95% Student-t intervals over seeds.\n"
     );
-    let _ = writeln!(md, "## Success rate\n\n{table}");
+    let _ = writeln!(
+        md,
+        "## Success rate\n\nA run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"
+    );
+    let _ = writeln!(
+        md,
+        "## Paired differences (held-out greedy, by seed)\n\n| difference | seeds | points (95% t-interval) | verdict |\n|---|---|---|---|\n{paired_md}"
+    );
     let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
+    let _ = writeln!(
+        md,
+        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger (simulation includes rendering both cameras; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes), and seconds per evaluation episode.\n\n| arm | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|\n{phases}"
+    );
     let _ = writeln!(
         md,
         "## Curves\n\n![success vs step](success_vs_step.png)\n\n![success vs labels](success_vs_labels.png)\n\n![batch success](batch_success_vs_step.png)\n\n![anchor weight](anchor_weight.png)\n"
@@ -318,4 +547,96 @@ pub fn write_report(bench: &Path, arms: &[Arm], seeds: &[u64], title: &str) -> R
     let path = bench.join("report.md");
     std::fs::write(&path, &md).map_err(crate::error::io_err(&path))?;
     Ok(table)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_parse_and_bad_ones_say_why() {
+        let v = BenchArm::parse_variant(
+            "wmrl_mix:wmrl:wmrl.anchors.fraction=1.0, wmrl.anchor_reward=mix",
+        )
+        .expect("variant");
+        assert_eq!(v.name, "wmrl_mix");
+        assert_eq!(v.arm, Arm::Wmrl);
+        assert_eq!(
+            v.set,
+            vec!["wmrl.anchors.fraction=1.0", "wmrl.anchor_reward=mix"]
+        );
+        let plain = BenchArm::parse_variant("s2:sparse").expect("no overrides");
+        assert!(plain.set.is_empty());
+        for bad in [
+            "nocolon",
+            "x:nosucharm",
+            "a/b:wmrl",
+            "start:wmrl",
+            "x:wmrl:novalue",
+        ] {
+            let err = BenchArm::parse_variant(bad).expect_err(bad);
+            assert!(err.to_string().contains("--variant"), "{err}");
+        }
+        assert_eq!(parse_arms("all").expect("all").len(), Arm::ALL.len());
+        assert!(parse_arms("none").expect("none").is_empty());
+        assert!(parse_arms("sparse,bogus").is_err());
+    }
+
+    fn summary(seed: u64, rate: f64) -> RunSummary {
+        let r = wmrl_policy::RateSummary::new((rate * 100.0).round() as usize, 100);
+        RunSummary {
+            arm: "sparse".into(),
+            seed,
+            steps: 1,
+            label_regime: "free".into(),
+            anchor_fraction: 1.0,
+            heldout: r.clone(),
+            in_domain: None,
+            heldout_sampled: None,
+            heldout_per_task: vec![],
+            ledger: wmrl_core::Ledger::default(),
+            diagnostics: wmrl_core::Diagnostics::default()
+                .summary(&wmrl_core::CalibrationConfig::default()),
+        }
+    }
+
+    fn result(name: &str, runs: Vec<RunSummary>) -> ArmResult {
+        let h: Vec<f64> = runs.iter().map(|r| r.heldout.rate).collect();
+        ArmResult {
+            name: name.into(),
+            arm: Arm::Sparse,
+            heldout: MeanCi::of(&h).expect("runs"),
+            heldout_sampled: None,
+            in_domain: None,
+            labels: 0.0,
+            sim_steps: 0.0,
+            wm_rollouts: 0.0,
+            wall_train_seconds: 0.0,
+            runs,
+        }
+    }
+
+    #[test]
+    fn paired_differences_match_seeds() {
+        // b is a shifted by a seed-dependent amount; seed 9 has no partner.
+        let a = result(
+            "a",
+            vec![
+                summary(0, 0.40),
+                summary(1, 0.30),
+                summary(2, 0.50),
+                summary(9, 0.9),
+            ],
+        );
+        let b = result(
+            "b",
+            vec![summary(2, 0.45), summary(0, 0.36), summary(1, 0.27)],
+        );
+        let d = paired(&a, &b).expect("paired");
+        assert_eq!(d.n, 3);
+        assert!((d.mean - 0.04).abs() < 1e-9, "{}", d.mean);
+        // Differences 0.04, 0.03, 0.05: sd 0.01, t(2) = 4.303.
+        assert!((d.hi - d.mean - 4.303 * 0.01 / 3f64.sqrt()).abs() < 1e-9);
+        assert!(d.lo > 0.0, "a consistent paired gain is resolved");
+    }
 }

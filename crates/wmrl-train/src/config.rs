@@ -41,6 +41,9 @@ impl Default for EnvConfig {
 pub struct RolloutConfig {
     pub n_groups: usize,
     pub group_size: usize,
+    /// Sampling temperature of training rollouts. The loss recomputes
+    /// log-probs at `update.loss.temperature`, which must equal it (else
+    /// every ratio starts away from 1); the config is rejected otherwise.
     pub temperature: f32,
     /// Task indices to train on; empty is all.
     pub tasks: Vec<usize>,
@@ -63,14 +66,42 @@ impl Default for RolloutConfig {
     }
 }
 
+/// See [`UpdateConfig::loss_norm`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LossNorm {
+    #[default]
+    Token,
+    Rollout,
+}
+
 /// The policy update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpdateConfig {
     /// Passes over a step's samples with frozen old log-probs.
     pub inner_epochs: usize,
-    /// Samples (policy calls) per gradient step.
+    /// Samples (policy calls) per gradient step; 0 takes the whole step's
+    /// batch in one gradient step per epoch.
     pub minibatch: usize,
+    /// Leave groups whose advantages are all zero (e.g. eight failures
+    /// under a sparse reward) out of the update, as DAPO's dynamic sampling
+    /// does: they carry no policy-gradient signal but would dilute the
+    /// token-mean loss and still pull through the KL term.
+    pub skip_flat_groups: bool,
+    /// Diagnostic (costs four extra backward passes per step): the policy
+    /// gradient before the update of two halves of every group's rollouts,
+    /// and their cosine `c` (`grad_half_cosine`): near 0 means the gradient
+    /// is noise; the signal's share of the full-batch gradient power is
+    /// about `2c / (1 + c)`. Also the cosine between two halves of the
+    /// groups (`grad_cross_group_cosine`: do different tasks' updates agree).
+    pub measure_grad_snr: bool,
+    /// How the loss weighs rollouts: `token` (every executed action token
+    /// counts once, so a long rollout weighs more: failures that run to the
+    /// time limit outweigh successes that end early) or `rollout` (each
+    /// rollout's tokens share one unit of weight, as in the original GRPO's
+    /// per-sequence mean).
+    pub loss_norm: LossNorm,
     pub loss: GrpoConfig,
     pub optim: OptimConfig,
 }
@@ -80,6 +111,9 @@ impl Default for UpdateConfig {
         Self {
             inner_epochs: 2,
             minibatch: 256,
+            skip_flat_groups: true,
+            measure_grad_snr: false,
+            loss_norm: LossNorm::Token,
             loss: GrpoConfig::default(),
             optim: OptimConfig {
                 lr: 5e-5,
@@ -114,8 +148,18 @@ impl Default for WorldModelSection {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EvalSection {
-    /// Evaluate every this many steps (0: only at the end).
+    /// Evaluate every this many steps (0: only at the end) on
+    /// `curve_init_states`: the learning curve.
     pub every: usize,
+    /// Held-out initial states of the periodic curve evaluations, inclusive
+    /// range (a fixed subset keeps them cheap); `None` uses `init_states`.
+    pub curve_init_states: Option<[usize; 2]>,
+    /// Evaluate the starting policy at step 0 (a bench evaluates the shared
+    /// start once instead and turns this off).
+    pub at_start: bool,
+    /// The paper's measure at the end: this many sampled episodes per
+    /// held-out (task, state) at the rollout temperature (0: skip; paper 8).
+    pub sampled_per_state: usize,
     /// Held-out initial states, inclusive range (paper split: 16-49).
     pub init_states: [usize; 2],
     /// Task indices; empty is all.
@@ -130,6 +174,9 @@ impl Default for EvalSection {
     fn default() -> Self {
         Self {
             every: 0,
+            curve_init_states: None,
+            at_start: true,
+            sampled_per_state: 0,
             init_states: [16, 49],
             tasks: Vec::new(),
             temperature: 0.0,
@@ -177,6 +224,34 @@ impl Default for TrainConfig {
     }
 }
 
+/// Set `a.b.c=value` in a parsed TOML document, creating tables on the way.
+pub fn apply_override(doc: &mut toml::Table, o: &str) -> Result<()> {
+    let (key, raw) = o
+        .split_once('=')
+        .ok_or_else(|| bad("--set", format!("`{o}`: expected section.key=value")))?;
+    let key = key.trim();
+    let raw = raw.trim();
+    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(bad("--set", format!("`{key}`: empty key segment")));
+    }
+    let mut table = doc;
+    for p in &parts[..parts.len() - 1] {
+        let entry = table
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry
+            .as_table_mut()
+            .ok_or_else(|| bad("--set", format!("`{key}`: `{p}` is not a section")))?;
+    }
+    table.insert(parts[parts.len() - 1].to_string(), value);
+    Ok(())
+}
+
 fn bad(key: &str, message: impl Into<String>) -> TrainError {
     TrainError::Config {
         path: key.to_string(),
@@ -196,11 +271,36 @@ impl TrainConfig {
     }
 
     pub fn load(path: &Path) -> Result<Self> {
+        Self::load_with(path, &[])
+    }
+
+    /// Load `path`, apply `section.key=value` overrides (the value is TOML:
+    /// `0.5`, `true`, `[16, 25]`, `"text"`; a bare word is a string), then
+    /// validate once.
+    pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self> {
+        let origin = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| TrainError::Config {
-            path: path.display().to_string(),
+            path: origin.clone(),
             message: e.to_string(),
         })?;
-        Self::from_toml(&text, &path.display().to_string())
+        if overrides.is_empty() {
+            return Self::from_toml(&text, &origin);
+        }
+        let mut doc: toml::Table = toml::from_str(&text).map_err(|e| TrainError::Config {
+            path: origin.clone(),
+            message: e.to_string(),
+        })?;
+        for o in overrides {
+            apply_override(&mut doc, o)?;
+        }
+        let text = toml::to_string(&doc).map_err(|e| TrainError::Config {
+            path: origin.clone(),
+            message: e.to_string(),
+        })?;
+        Self::from_toml(
+            &text,
+            &format!("{origin} with --set {}", overrides.join(" ")),
+        )
     }
 
     pub fn to_toml(&self) -> String {
@@ -226,6 +326,15 @@ impl TrainConfig {
                 "must be positive for exploration",
             ));
         }
+        if (self.update.loss.temperature - r.temperature).abs() > 1e-6 {
+            return Err(bad(
+                "update.loss.temperature",
+                format!(
+                    "{} differs from rollout.temperature {}: the loss must score tokens under the distribution they were sampled from (set both)",
+                    self.update.loss.temperature, r.temperature
+                ),
+            ));
+        }
         if r.train_init_states[0] > r.train_init_states[1] {
             return Err(bad(
                 "rollout.train_init_states",
@@ -236,14 +345,24 @@ impl TrainConfig {
         if e.init_states[0] > e.init_states[1] {
             return Err(bad("eval.init_states", "must be [lo, hi] with lo <= hi"));
         }
-        let (a, b) = (r.train_init_states, e.init_states);
-        if a[0] <= b[1] && b[0] <= a[1] {
-            return Err(bad(
-                "eval.init_states",
-                format!(
-                    "{b:?} overlaps the training states {a:?}: held-out evaluation must not see them"
-                ),
-            ));
+        for (key, b) in [
+            ("eval.init_states", Some(e.init_states)),
+            ("eval.curve_init_states", e.curve_init_states),
+        ] {
+            let (a, Some(b)) = (r.train_init_states, b) else {
+                continue;
+            };
+            if b[0] > b[1] {
+                return Err(bad(key, "must be [lo, hi] with lo <= hi"));
+            }
+            if a[0] <= b[1] && b[0] <= a[1] {
+                return Err(bad(
+                    key,
+                    format!(
+                        "{b:?} overlaps the training states {a:?}: held-out evaluation must not see them"
+                    ),
+                ));
+            }
         }
         if self.env.num_envs == 0 {
             return Err(bad("env.num_envs", "must be at least 1"));
@@ -282,7 +401,7 @@ impl TrainConfig {
 
     /// The anchor fraction the arm actually runs with.
     pub fn label_regime(&self) -> &'static str {
-        if self.arm == Arm::Sparse || self.wmrl.anchors.fraction >= 1.0 {
+        if self.arm.all_real() || self.wmrl.anchors.fraction >= 1.0 {
             "free"
         } else {
             "scarce"
@@ -303,6 +422,17 @@ mod tests {
         let err = TrainConfig::from_toml("[eval]\ninit_states = [10, 20]\n", "t.toml")
             .expect_err("overlap");
         assert!(err.to_string().contains("eval.init_states"), "{err}");
+        let err = TrainConfig::from_toml("[rollout]\ntemperature = 0.5\n", "t.toml")
+            .expect_err("temperature mismatch");
+        assert!(err.to_string().contains("update.loss.temperature"), "{err}");
+        TrainConfig::from_toml(
+            "[rollout]\ntemperature = 0.5\n[update.loss]\ntemperature = 0.5\n",
+            "t.toml",
+        )
+        .expect("tied temperatures");
+        let err = TrainConfig::from_toml("[eval]\ncurve_init_states = [0, 20]\n", "t.toml")
+            .expect_err("curve overlap");
+        assert!(err.to_string().contains("eval.curve_init_states"), "{err}");
         let err = TrainConfig::from_toml("[wmrl.weight]\nw_max = 0.5\n", "t.toml").expect_err("w");
         assert!(err.to_string().contains("weight.w_max"), "{err}");
         let err =
@@ -312,6 +442,20 @@ mod tests {
             TrainConfig::from_toml("[update.optim]\nlr_max = 1.0\n", "t.toml").expect_err("nested");
         assert!(err.to_string().contains("lr_max"), "{err}");
         let ok = TrainConfig::from_toml("arm = \"sparse\"\nsteps = 3\n", "t.toml").expect("ok");
+        let mut doc: toml::Table = toml::from_str(&ok.to_toml()).expect("doc");
+        apply_override(&mut doc, "rollout.temperature=0.5").expect("set");
+        apply_override(&mut doc, "update.loss.temperature = 0.5").expect("set");
+        apply_override(&mut doc, "eval.curve_init_states=[16, 25]").expect("set");
+        apply_override(&mut doc, "arm=wmrl").expect("bare word");
+        let set: TrainConfig = toml::from_str(&toml::to_string(&doc).expect("text")).expect("cfg");
+        assert_eq!(set.rollout.temperature, 0.5);
+        assert_eq!(set.eval.curve_init_states, Some([16, 25]));
+        assert_eq!(set.arm, Arm::Wmrl);
+        assert!(apply_override(&mut doc, "steps").is_err());
+        assert!(
+            apply_override(&mut doc, "steps.x=1").is_err(),
+            "steps is not a section"
+        );
         assert_eq!(ok.arm, Arm::Sparse);
         let round = TrainConfig::from_toml(&ok.to_toml(), "round").expect("round trip");
         assert_eq!(round, ok);

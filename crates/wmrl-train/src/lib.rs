@@ -14,6 +14,6 @@ pub mod rollout;
 pub mod stats;
 pub mod trainer;
 
-pub use config::TrainConfig;
+pub use config::{LossNorm, TrainConfig};
 pub use error::{Result, TrainError};
 pub use trainer::{RunSummary, Trainer};

@@ -31,6 +31,19 @@ pub struct StepMetrics {
     pub anchor_weight: f64,
     pub fallback_groups: usize,
     pub groups_skipped: usize,
+    /// Groups whose advantages were all zero (no signal); left out of the
+    /// update with `update.skip_flat_groups`.
+    #[serde(default)]
+    pub flat_groups: usize,
+    /// Cosine between the policy gradients of two halves of every group's
+    /// rollouts (same prompts, independent samples): near 0 means the
+    /// step's gradient is noise (`update.measure_grad_snr`).
+    #[serde(default)]
+    pub grad_half_cosine: Option<f64>,
+    /// Cosine between the policy gradients of two halves of the groups
+    /// (mostly different tasks): below 0 means the tasks' updates conflict.
+    #[serde(default)]
+    pub grad_cross_group_cosine: Option<f64>,
     pub adv_abs_mean: f64,
     pub adv_abs_max: f64,
     pub wm_score_mean: Option<f64>,
@@ -57,6 +70,11 @@ pub struct EvalRecord {
     pub episodes: usize,
     pub per_task: Vec<f64>,
     pub labels_cumulative: u64,
+    /// Sampling temperature (0: greedy).
+    #[serde(default)]
+    pub temperature: f32,
+    #[serde(default)]
+    pub seconds: f64,
 }
 
 /// One line of calibration.jsonl: the fitted map's knots at a step.

@@ -177,6 +177,7 @@ pub fn collect(
                         l.rollout.chunks.clear();
                         l.rollout.frames.clear();
                         l.rollout.steps = 0;
+                        l.rollout.success = false;
                         l.rollout.restarts += 1;
                         l.prev_frame = None;
                         l.obs = Some(r.obs);

@@ -14,7 +14,7 @@ use wmrl_policy::{
 };
 use wmrl_worldmodel::{RolloutFrames, WorldModel};
 
-use crate::config::TrainConfig;
+use crate::config::{LossNorm, TrainConfig};
 use crate::error::io_err;
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
 use crate::rollout::{EpisodeSpec, Rollout, collect};
@@ -28,8 +28,15 @@ pub struct RunSummary {
     pub steps: usize,
     pub label_regime: String,
     pub anchor_fraction: f64,
+    /// Greedy success on every held-out (task, state) of the final policy:
+    /// the run's figure (decided before any result: the last checkpoint,
+    /// not the best or a mean over checkpoints).
     pub heldout: RateSummary,
     pub in_domain: Option<RateSummary>,
+    /// The paper's measure: sampled episodes at the rollout temperature,
+    /// `eval.sampled_per_state` per held-out (task, state).
+    #[serde(default)]
+    pub heldout_sampled: Option<RateSummary>,
     pub heldout_per_task: Vec<f64>,
     pub ledger: Ledger,
     pub diagnostics: DiagnosticsSummary,
@@ -314,21 +321,45 @@ impl Trainer {
         }
         self.ledger.labels += outcome.stats.labels_used as u64;
 
-        // GRPO update over every policy call of every graded rollout.
+        // GRPO update over every policy call of every graded rollout (of the
+        // groups that carry a signal, with `skip_flat_groups`).
         let t_up = Instant::now();
         let mut inputs = Vec::new();
         let (mut tokens, mut old, mut adv, mut mask) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (r, a) in rollouts.iter().zip(outcome.advantages.iter().flatten()) {
-            let Some(a) = a else { continue };
-            for c in &r.chunks {
-                inputs.push(c.input.clone());
-                tokens.push(c.tokens.clone());
-                old.push(c.logprobs.clone());
-                adv.push(*a as f32);
-                mask.push(c.mask.clone());
+        let mut flat_groups = 0usize;
+        let mean_chunks = rollouts.iter().map(|r| r.chunks.len() as f64).sum::<f64>()
+            / rollouts.len().max(1) as f64;
+        // (group, rollout-in-group) of every sample, for the gradient-noise
+        // diagnostic.
+        let mut sample_group = Vec::new();
+        for (gi, group) in outcome.advantages.iter().enumerate() {
+            let flat = group.iter().flatten().all(|a| *a == 0.0);
+            if flat && group.iter().any(Option::is_some) {
+                flat_groups += 1;
+            }
+            if flat && self.cfg.update.skip_flat_groups {
+                continue;
+            }
+            for (ri, (r, a)) in rollouts[gi * g..(gi + 1) * g].iter().zip(group).enumerate() {
+                let Some(a) = a else { continue };
+                // Per-rollout normalisation: a rollout of n chunks weighs
+                // each chunk 1/n of the mean rollout's length.
+                let scale = match self.cfg.update.loss_norm {
+                    LossNorm::Token => 1.0,
+                    LossNorm::Rollout => mean_chunks / r.chunks.len().max(1) as f64,
+                };
+                for c in &r.chunks {
+                    inputs.push(c.input.clone());
+                    tokens.push(c.tokens.clone());
+                    old.push(c.logprobs.clone());
+                    adv.push((*a * scale) as f32);
+                    mask.push(c.mask.clone());
+                    sample_group.push((gi, ri));
+                }
             }
         }
+        let (mut grad_half_cosine, mut grad_cross_group_cosine) = (None, None);
         let (mut loss, mut kl, mut clip, mut ent, mut gn, mut n_mb) =
             (0.0, 0.0, 0.0, 0.0, 0.0, 0usize);
         let n_samples = inputs.len();
@@ -340,16 +371,33 @@ impl Trainer {
             } else {
                 batch
             };
+            if self.cfg.update.measure_grad_snr {
+                // Same prompts, independent rollouts: signal-to-noise.
+                let within: Vec<bool> = sample_group.iter().map(|&(_, ri)| ri < g / 2).collect();
+                grad_half_cosine = self.grad_cosine(&batch, &within)?;
+                // Different groups (mostly different tasks): interference.
+                let mut ids: Vec<usize> = sample_group.iter().map(|&(gi, _)| gi).collect();
+                ids.dedup();
+                let across: Vec<bool> = sample_group
+                    .iter()
+                    .map(|&(gi, _)| ids.iter().position(|&x| x == gi).unwrap_or(0) % 2 == 0)
+                    .collect();
+                grad_cross_group_cosine = self.grad_cosine(&batch, &across)?;
+            }
+            let mb_size = match self.cfg.update.minibatch {
+                0 => n_samples,
+                m => m,
+            };
             let mut rng = SplitMix64::new(mix(self.cfg.seed, 0x5EED_0000 + step as u64));
             for _ in 0..self.cfg.update.inner_epochs {
                 let mut order: Vec<usize> = (0..n_samples).collect();
                 for i in (1..order.len()).rev() {
                     order.swap(i, rng.below(i + 1));
                 }
-                for mb in order.chunks(self.cfg.update.minibatch) {
+                for mb in order.chunks(mb_size) {
                     let sub = batch.select(mb)?;
                     let (l, s) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
-                    let st = self.optimizer.step(&l)?;
+                    let st = self.optimizer.step_scheduled(&l, step)?;
                     loss += s.loss;
                     kl += s.kl_ref;
                     clip += s.clip_frac;
@@ -387,6 +435,9 @@ impl Trainer {
             anchor_weight: outcome.stats.weight,
             fallback_groups: outcome.stats.fallback_groups,
             groups_skipped: outcome.stats.groups_skipped,
+            flat_groups,
+            grad_half_cosine,
+            grad_cross_group_cosine,
             adv_abs_mean: outcome.stats.adv_abs_mean,
             adv_abs_max: outcome.stats.adv_abs_max,
             wm_score_mean: wm_mean,
@@ -404,19 +455,60 @@ impl Trainer {
         Ok(m)
     }
 
+    /// Cosine between the policy gradients (before the update) of the
+    /// samples with `side[i]` true and those with it false; `None` when a
+    /// side is empty or its gradient is zero.
+    fn grad_cosine(&self, batch: &GrpoBatch, side: &[bool]) -> Result<Option<f64>> {
+        let mut grads = Vec::new();
+        for want in [true, false] {
+            let idx: Vec<usize> = (0..side.len()).filter(|&i| side[i] == want).collect();
+            if idx.is_empty() {
+                return Ok(None);
+            }
+            let sub = batch.select(&idx)?;
+            let (l, _) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
+            grads.push(self.optimizer.gradient(&l)?);
+        }
+        let (a, b) = (&grads[0], &grads[1]);
+        let dot: f64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum();
+        let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+        Ok((na > 0.0 && nb > 0.0).then(|| dot / (na * nb)))
+    }
+
     /// Evaluate the current policy on a split, record it, and return it.
+    /// Splits: `heldout` (every held-out state, greedy), `curve` (the
+    /// periodic subset), `in_domain` (the training states), `heldout_sampled`
+    /// (the paper's measure: sampled at the rollout temperature,
+    /// `eval.sampled_per_state` episodes per state).
     pub fn evaluate_split(&mut self, split: &str) -> Result<(RateSummary, Vec<f64>)> {
         let e = &self.cfg.eval;
-        let [lo, hi] = if split == "in_domain" {
-            self.cfg.rollout.train_init_states
-        } else {
-            e.init_states
+        let ([lo, hi], temperature, repeats) = match split {
+            "in_domain" => (self.cfg.rollout.train_init_states, e.temperature, 1),
+            "curve" => (
+                e.curve_init_states.unwrap_or(e.init_states),
+                e.temperature,
+                1,
+            ),
+            "heldout_sampled" => (
+                e.init_states,
+                self.cfg.rollout.temperature,
+                e.sampled_per_state.max(1),
+            ),
+            _ => (e.init_states, e.temperature, 1),
         };
+        // The same evaluation episodes (and sampling streams) for every arm
+        // and seed, so results pair across runs.
         let ecfg = EvalConfig {
             tasks: e.tasks.clone(),
             init_states: (lo..=hi).collect(),
-            temperature: e.temperature,
-            seed: mix(self.cfg.seed, 0xE7A1),
+            temperature,
+            repeats,
+            seed: mix(0, 0xE7A1),
             max_steps: self.cfg.rollout.max_steps,
             gif_dir: None,
             ..EvalConfig::default()
@@ -440,6 +532,8 @@ impl Trainer {
                 episodes: report.overall.episodes,
                 per_task: per_task.clone(),
                 labels_cumulative: self.ledger.labels,
+                temperature,
+                seconds: t.elapsed().as_secs_f64(),
             },
         )?;
         if let Some(map) = self.core.calibrator().map() {
@@ -460,16 +554,16 @@ impl Trainer {
     /// checkpointing on schedule, then the final evaluation and summary.
     /// `on_step` sees each step's metrics (for progress bars).
     pub fn run(&mut self, mut on_step: impl FnMut(&StepMetrics)) -> Result<RunSummary> {
-        if self.step == 0 && self.cfg.eval.every > 0 {
-            self.evaluate_split("heldout")?;
+        if self.step == 0 && self.cfg.eval.every > 0 && self.cfg.eval.at_start {
+            self.evaluate_split("curve")?;
             self.checkpoint()?;
         }
         while self.step < self.cfg.steps {
             let m = self.train_step()?;
             on_step(&m);
             let every = self.cfg.eval.every;
-            if every > 0 && self.step.is_multiple_of(every) && self.step < self.cfg.steps {
-                self.evaluate_split("heldout")?;
+            if every > 0 && self.step.is_multiple_of(every) {
+                self.evaluate_split("curve")?;
             }
             if self.step.is_multiple_of(self.cfg.checkpoint_every) || self.step == self.cfg.steps {
                 self.checkpoint()?;
@@ -486,6 +580,11 @@ impl Trainer {
         } else {
             None
         };
+        let heldout_sampled = if self.cfg.eval.sampled_per_state > 0 {
+            Some(self.evaluate_split("heldout_sampled")?.0)
+        } else {
+            None
+        };
         let diagnostics = self.core.diagnostics().summary(&self.cfg.wmrl.calibration);
         let dp = self.files.diagnostics();
         let text = serde_json::to_string_pretty(self.core.diagnostics())
@@ -499,6 +598,7 @@ impl Trainer {
             anchor_fraction: self.cfg.wmrl.anchors.fraction,
             heldout,
             in_domain,
+            heldout_sampled,
             heldout_per_task: per_task,
             ledger: self.ledger.clone(),
             diagnostics,

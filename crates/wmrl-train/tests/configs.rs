@@ -10,6 +10,7 @@ fn shipped_configs_are_valid() {
         "bench_sim.toml",
         "bench_sim_free.toml",
         "libero_long_sim.toml",
+        "grpo_sim.toml",
     ] {
         let cfg = TrainConfig::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(cfg.steps > 0, "{name}");

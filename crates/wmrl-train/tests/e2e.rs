@@ -88,7 +88,7 @@ fn every_arm_keeps_a_consistent_ledger() {
         let ms: Vec<StepMetrics> = read_all(&dir.join("metrics.jsonl")).expect("metrics");
         assert_eq!(ms.len(), 2, "{arm:?}");
         let per_step = match arm {
-            Arm::Sparse => 4,
+            Arm::Sparse | Arm::SparseShuffled => 4,
             Arm::DenseRaw => 0,
             _ => 2, // one anchor group of two rollouts
         };
@@ -109,6 +109,45 @@ fn every_arm_keeps_a_consistent_ledger() {
         if !arm.uses_real() {
             assert!(ms.iter().all(|m| m.anchor_groups == 0));
         }
+    }
+}
+
+#[test]
+fn flat_groups_leave_the_update_and_curves_are_recorded() {
+    if !runtime_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (policy, wm) = fixtures(tmp.path());
+    // An untrained policy in 16-step episodes never succeeds: every sparse
+    // group is flat (all zero advantages).
+    for skip in [true, false] {
+        let dir = tmp.path().join(format!("skip{skip}"));
+        let mut c = config(Arm::Sparse, &policy, &wm, 2);
+        c.update.skip_flat_groups = skip;
+        c.eval.every = 1;
+        c.eval.curve_init_states = Some([17, 17]);
+        let mut t = Trainer::create(c, &dir).expect("create");
+        t.run(|_| {}).expect("run");
+        let ms: Vec<StepMetrics> = read_all(&dir.join("metrics.jsonl")).expect("metrics");
+        for m in &ms {
+            assert_eq!(m.batch_success, 0.0);
+            assert_eq!(m.flat_groups, 2, "both groups carry no signal");
+            if skip {
+                assert_eq!(m.samples_updated, 0, "flat groups are not in the batch");
+            } else {
+                assert!(m.samples_updated > 0);
+            }
+        }
+        let ev: Vec<wmrl_train::metrics::EvalRecord> =
+            read_all(&dir.join("eval.jsonl")).expect("eval");
+        let curve: Vec<usize> = ev
+            .iter()
+            .filter(|e| e.split == "curve")
+            .map(|e| e.step)
+            .collect();
+        assert_eq!(curve, vec![0, 1, 2], "start, then every step");
+        assert!(ev.iter().any(|e| e.split == "heldout" && e.episodes == 2));
     }
 }
 

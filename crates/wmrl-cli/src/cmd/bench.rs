@@ -3,17 +3,22 @@ use std::process::{Child, Command};
 
 use anyhow::Context;
 use indicatif::ProgressBar;
-use wmrl_core::Arm;
-use wmrl_train::bench::{parse_arms, run_dir, write_report};
+use wmrl_train::bench::{BenchArm, parse_arms, run_dir, start_dir, write_report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
     /// Base run config (TOML) every arm shares.
     #[arg(long)]
     pub config: PathBuf,
-    /// `all` or a comma list of arms.
+    /// `all`, `none`, or a comma list of arms (sparse, sparse_scarce,
+    /// dense_raw, mix, debias, denoise, wmrl, sparse_shuffled).
     #[arg(long, default_value = "all")]
     pub arms: String,
+    /// An extra bench arm with its own overrides, `NAME:ARM:KEY=VALUE,...`
+    /// (repeatable), e.g. `wmrl_mix:wmrl:wmrl.anchors.fraction=1.0,wmrl.anchor_reward=mix`.
+    /// Its runs go to OUT/NAME/seed<k>.
+    #[arg(long = "variant", value_name = "NAME:ARM:KEY=VALUE,...")]
+    pub variants: Vec<String>,
     /// Seeds 0..N per arm.
     #[arg(long, default_value_t = 3)]
     pub seeds: u64,
@@ -35,14 +40,26 @@ pub struct Args {
     /// Override the world model file.
     #[arg(long)]
     pub world_model: Option<PathBuf>,
+    /// Override any config key for every run: `--set section.key=value`
+    /// (repeatable; TOML values).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Title of report.md.
     #[arg(long, default_value = "wmrl bench")]
     pub title: String,
 }
 
-fn spawn(args: &Args, arm: Arm, seed: u64) -> anyhow::Result<Child> {
+/// One `wmrl train` child: a (arm, seed) run, or (`arm = None`) the bench's
+/// single zero-step evaluation of the shared start.
+fn spawn(args: &Args, arm: Option<&BenchArm>, seed: u64) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("locating the wmrl binary")?;
-    let dir = run_dir(&args.out, arm, seed);
+    let (dir, name) = match arm {
+        Some(a) => (
+            run_dir(&args.out, &a.name, seed),
+            format!("{}-seed{seed}", a.name),
+        ),
+        None => (start_dir(&args.out), "start".to_string()),
+    };
     let mut cmd = Command::new(exe);
     cmd.arg("train").arg("--quiet");
     if dir.join("checkpoint").join("state.json").exists() {
@@ -52,14 +69,30 @@ fn spawn(args: &Args, arm: Arm, seed: u64) -> anyhow::Result<Child> {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
         cmd.arg("--config").arg(&args.config);
-        cmd.arg("--arm").arg(arm.name());
+        cmd.arg("--arm").arg(arm.map_or("sparse", |a| a.arm.name()));
         cmd.arg("--seed").arg(seed.to_string());
         cmd.arg("--out").arg(&dir);
+        for s in &args.set {
+            cmd.arg("--set").arg(s);
+        }
+        if let Some(a) = arm {
+            // The start is evaluated once, by the start run.
+            cmd.arg("--set").arg("eval.at_start=false");
+            for s in &a.set {
+                cmd.arg("--set").arg(s);
+            }
+        }
         if let Some(f) = args.anchor_fraction {
             cmd.arg("--anchor-fraction").arg(f.to_string());
         }
-        if let Some(s) = args.steps {
-            cmd.arg("--steps").arg(s.to_string());
+        match (arm, args.steps) {
+            (None, _) => {
+                cmd.arg("--steps").arg("0");
+            }
+            (Some(_), Some(s)) => {
+                cmd.arg("--steps").arg(s.to_string());
+            }
+            (Some(_), None) => {}
         }
         if let Some(p) = &args.policy {
             cmd.arg("--policy").arg(p);
@@ -69,29 +102,69 @@ fn spawn(args: &Args, arm: Arm, seed: u64) -> anyhow::Result<Child> {
         }
     }
     std::fs::create_dir_all(&args.out)?;
-    let log = std::fs::File::create(args.out.join(format!("{}-seed{seed}.log", arm.name())))?;
+    let log = std::fs::File::create(args.out.join(format!("{name}.log")))?;
     cmd.stdout(log.try_clone()?).stderr(log);
     // Two runs share two cores: one compute thread each.
     cmd.env("RAYON_NUM_THREADS", "1");
     Ok(cmd.spawn()?)
 }
 
+/// The bench's arms: `--arms` then `--variant`s, names unique.
+pub fn bench_arms(arms: &str, variants: &[String]) -> anyhow::Result<Vec<BenchArm>> {
+    let mut out = parse_arms(arms)?;
+    for v in variants {
+        out.push(BenchArm::parse_variant(v)?);
+    }
+    for (i, a) in out.iter().enumerate() {
+        anyhow::ensure!(
+            !out[..i].iter().any(|b| b.name == a.name),
+            "bench arm `{}` is named twice",
+            a.name
+        );
+    }
+    anyhow::ensure!(!out.is_empty(), "no arms: give --arms or --variant");
+    Ok(out)
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let arms = parse_arms(&args.arms)?;
+    let arms = bench_arms(&args.arms, &args.variants)?;
     let seeds: Vec<u64> = (0..args.seeds).collect();
-    // Fail on a bad config before any work starts.
-    wmrl_train::TrainConfig::load(&args.config)?;
-    let mut todo: Vec<(Arm, u64)> = Vec::new();
-    for &arm in &arms {
+    // Fail on a bad config (with every override) before any work starts.
+    let mut cfg = wmrl_train::TrainConfig::load_with(&args.config, &args.set)?;
+    if let Some(f) = args.anchor_fraction {
+        cfg.wmrl.anchors.fraction = f;
+    }
+    cfg.validate()?;
+    for a in &arms {
+        let mut c = wmrl_train::TrainConfig::load_with(
+            &args.config,
+            &[args.set.clone(), a.set.clone()].concat(),
+        )
+        .with_context(|| format!("bench arm `{}`", a.name))?;
+        c.arm = a.arm;
+        if let Some(f) = args.anchor_fraction {
+            c.wmrl.anchors.fraction = f;
+        }
+        c.validate()
+            .with_context(|| format!("bench arm `{}`", a.name))?;
+    }
+    let mut todo: Vec<(Option<&BenchArm>, u64)> = Vec::new();
+    if !start_dir(&args.out).join("summary.json").exists() {
+        todo.push((None, 0));
+    }
+    for arm in &arms {
         for &s in &seeds {
-            if !run_dir(&args.out, arm, s).join("summary.json").exists() {
-                todo.push((arm, s));
+            if !run_dir(&args.out, &arm.name, s)
+                .join("summary.json")
+                .exists()
+            {
+                todo.push((Some(arm), s));
             }
         }
     }
     let bar = ProgressBar::new(todo.len() as u64);
     bar.set_message("runs");
-    let mut running: Vec<(Arm, u64, Child)> = Vec::new();
+    let mut running: Vec<(Option<&BenchArm>, u64, Child)> = Vec::new();
     let mut failed = Vec::new();
     let mut queue = todo.into_iter();
     loop {
@@ -110,12 +183,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(status) = running[i].2.try_wait()? {
                 let (arm, s, _) = running.remove(i);
                 if !status.success() {
-                    failed.push(format!(
-                        "{} seed {s} (see {}/{}-seed{s}.log)",
-                        arm.name(),
-                        args.out.display(),
-                        arm.name()
-                    ));
+                    failed.push(match arm {
+                        Some(a) => format!(
+                            "{} seed {s} (see {}/{}-seed{s}.log)",
+                            a.name,
+                            args.out.display(),
+                            a.name
+                        ),
+                        None => format!("start (see {}/start.log)", args.out.display()),
+                    });
                 }
                 bar.inc(1);
             } else {

@@ -25,6 +25,10 @@ pub struct Args {
     pub temperature: f32,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Episodes per (task, initial state); with a temperature above 0 this
+    /// is the paper's measure (e.g. `--temperature 0.5 --repeats 8`).
+    #[arg(long, default_value_t = 1)]
+    pub repeats: usize,
     /// Actions executed per policy call (0: the whole chunk).
     #[arg(long, default_value_t = 0)]
     pub execute_steps: usize,
@@ -66,6 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         init_states: parse_list(&args.init_states, 0)?,
         temperature: args.temperature,
         seed: args.seed,
+        repeats: args.repeats,
         execute_steps: args.execute_steps,
         gif_dir: (args.gifs > 0).then(|| out.join("gifs")),
         n_gifs: args.gifs,

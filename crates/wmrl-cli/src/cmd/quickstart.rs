@@ -1,7 +1,8 @@
-//! `wmrl quickstart`: the whole pipeline at a scale that fits two CPU cores:
-//! expert demonstrations -> SFT of the tiny policy -> world-model rollouts,
-//! training and ONNX export -> post-training with `sparse` and `wmrl` ->
-//! held-out evaluation -> a success-rate table and report.md.
+//! `wmrl quickstart`: post-training at a scale that fits two CPU cores, from
+//! the shipped SFT policy and world model by default -> `sparse` and `wmrl`
+//! GRPO -> held-out evaluation -> a success-rate table and report.md. With
+//! `--from-scratch` the whole pipeline: expert demonstrations -> SFT of the
+//! tiny policy -> world-model rollouts, training and ONNX export -> the same.
 //!
 //! Each stage is the ordinary subcommand run as a child process, so the
 //! quickstart is exactly what a user would type; a stage whose output exists
@@ -12,7 +13,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context;
-use wmrl_train::metrics::{EvalRecord, read_all};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -22,38 +22,49 @@ pub struct Args {
     /// Post-training config shared by both arms.
     #[arg(long, default_value = "configs/quickstart.toml")]
     pub config: PathBuf,
-    /// SFT config (policy preset and schedule).
-    #[arg(
-        long,
-        default_value = "configs/policy_tiny.toml",
-        conflicts_with = "sft_policy"
-    )]
-    pub sft_config: PathBuf,
-    /// DART expert demonstrations per task for SFT (training states 0-15).
-    #[arg(long, default_value_t = 24, conflicts_with = "sft_policy")]
-    pub demos_per_task: usize,
-    /// Noisy rollouts per task and noise level for the world model.
-    #[arg(long, default_value_t = 6)]
-    pub wm_rollouts_per_task: usize,
+    /// Record demonstrations, train the SFT policy and the world model here
+    /// (about 28 minutes more) instead of starting from the shipped ones.
+    #[arg(long)]
+    pub from_scratch: bool,
+    /// SFT config (policy preset and schedule), with --from-scratch.
+    #[arg(long, requires = "from_scratch")]
+    pub sft_config: Option<PathBuf>,
+    /// DART expert demonstrations per task for SFT (training states 0-15),
+    /// with --from-scratch.
+    #[arg(long, requires = "from_scratch")]
+    pub demos_per_task: Option<usize>,
+    /// Noisy rollouts per task and noise level for the world model, with
+    /// --from-scratch.
+    #[arg(long, requires = "from_scratch")]
+    pub wm_rollouts_per_task: Option<usize>,
     /// Camera size of every stage; the world model is trained at this size,
     /// so it must match `[env.sim] image_size` of --config. The policy
     /// downsamples to its own `image_size` (64 for `tiny`).
     #[arg(long, default_value_t = 128)]
     pub image_size: u32,
-    /// Override SFT optimiser steps (and the cosine length). Default: the SFT
-    /// config's (2500 for configs/policy_tiny.toml, about 17 minutes on two
-    /// cores); fewer steps leave the policy below the 20-60% band
-    /// (docs/policy.md, "What SFT reaches").
-    #[arg(long, conflicts_with = "sft_policy")]
+    /// Override SFT optimiser steps (and the cosine length), with
+    /// --from-scratch. Default: the SFT config's (2500 for
+    /// configs/policy_tiny.toml, about 17 minutes on two cores); fewer steps
+    /// leave the policy below the 20-60% band (docs/policy.md).
+    #[arg(long, requires = "from_scratch")]
     pub sft_steps: Option<usize>,
-    /// Start post-training from this SFT checkpoint (for example the shipped
-    /// models/policy-tiny) instead of recording demonstrations and training
-    /// one: skips the demonstration and SFT stages (about 17 of the 28
-    /// minutes).
-    #[arg(long)]
-    pub sft_policy: Option<PathBuf>,
-    /// Override world-model training steps.
-    #[arg(long)]
+    /// The SFT checkpoint post-training starts from (the shipped one by
+    /// default; its MODEL_CARD.md).
+    #[arg(
+        long,
+        default_value = "models/policy-tiny",
+        conflicts_with = "from_scratch"
+    )]
+    pub sft_policy: PathBuf,
+    /// The world model (ONNX) of the `wmrl` arm (the shipped one by default).
+    #[arg(
+        long,
+        default_value = "models/progress-tiny/model.onnx",
+        conflicts_with = "from_scratch"
+    )]
+    pub world_model: PathBuf,
+    /// Override world-model training steps, with --from-scratch.
+    #[arg(long, requires = "from_scratch")]
     pub wm_steps: Option<usize>,
     /// Override post-training steps.
     #[arg(long)]
@@ -103,9 +114,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let q = &args.out;
     std::fs::create_dir_all(q)?;
     let demos = q.join("demos");
-    let wm_rollouts = q.join("wm_rollouts");
-    let own_sft = args.sft_policy.is_none();
-    let sft = args.sft_policy.clone().unwrap_or_else(|| q.join("sft"));
+    let own_sft = args.from_scratch;
+    let sft = if own_sft {
+        q.join("sft")
+    } else {
+        args.sft_policy.clone()
+    };
     if !own_sft {
         for f in [wmrl_policy::CONFIG_FILE, "model.safetensors"] {
             anyhow::ensure!(
@@ -115,10 +129,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    let wm = q.join("wm");
     // Post-training from a given checkpoint goes to its own directory, so it
     // never picks up finished runs that started from the quickstart's SFT.
-    let bench = q.join(if own_sft { "bench" } else { "bench-sft-policy" });
+    let bench = q.join(if own_sft { "bench-scratch" } else { "bench" });
     // Finished runs are reused only if they started from the same policy.
     let marker = bench.join("STARTED_FROM");
     let from = p(&sft);
@@ -138,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut timings = Vec::new();
 
-    let per = args.demos_per_task.to_string();
+    let per = args.demos_per_task.unwrap_or(24).to_string();
     if own_sft {
         timings.push((
             "demos",
@@ -169,45 +182,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("== demos, sft: skipped, starting from {}", sft.display());
     }
 
-    // World-model data: expert, mildly and strongly noisy rollouts of the
-    // training states, so progress and failure both appear.
-    let wper = args.wm_rollouts_per_task.to_string();
-    let mut wm_secs = 0.0;
-    for (i, noise) in ["0.0", "0.3", "0.8"].iter().enumerate() {
-        let start = (i * 10 * args.wm_rollouts_per_task).to_string();
-        let seed = (100_000 * (i + 1)).to_string();
-        wm_secs += stage(
-            &format!("world-model rollouts (noise {noise})"),
-            wm_rollouts.join(format!("DONE{i}")).exists(),
-            &[
-                "demos",
-                "--tasks",
-                "all",
-                "--per-task",
-                &wper,
-                "--init-states",
-                "0-15",
-                "--noise",
-                noise,
-                "--image-size",
-                &size,
-                "--seed",
-                &seed,
-                "--start-index",
-                &start,
-                "--out",
-                &p(&wm_rollouts),
-            ],
-        )?;
-        std::fs::write(wm_rollouts.join(format!("DONE{i}")), "")?;
-    }
-    timings.push(("wm rollouts", wm_secs));
-
     if own_sft {
         let mut sft_args = vec![
             "sft".to_string(),
             "--config".into(),
-            p(&args.sft_config),
+            p(args
+                .sft_config
+                .as_deref()
+                .unwrap_or(Path::new("configs/policy_tiny.toml"))),
             "--demos".into(),
             p(&demos),
             "--out".into(),
@@ -220,25 +202,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         timings.push(("sft", stage("sft", sft_done, &sft_args)?));
     }
 
-    let mut wm_args = vec![
-        "wm".to_string(),
-        "train".into(),
-        "--rollouts".into(),
-        p(&wm_rollouts),
-        "--out".into(),
-        p(&wm),
-    ];
-    if let Some(s) = args.wm_steps {
-        wm_args.extend(["--steps".into(), s.to_string()]);
-    }
-    let onnx = wm.join("model.onnx");
-    let mut wm_train = stage("world-model training", onnx.exists(), &wm_args)?;
-    wm_train += stage(
-        "world-model export",
-        onnx.exists(),
-        &["wm", "export", "--model", &p(&wm)],
-    )?;
-    timings.push(("wm train+export", wm_train));
+    let onnx = if own_sft {
+        train_world_model(&args, q, &size, &mut timings)?
+    } else {
+        args.world_model.clone()
+    };
 
     let seeds = args.seeds.to_string();
     let mut bench_args = vec![
@@ -268,48 +236,48 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     // The SFT starting point: every run evaluates it at step 0.
     let arms = wmrl_train::bench::parse_arms(&args.arms)?;
-    let mut sft_row = None;
-    for arm in &arms {
-        let dir = wmrl_train::bench::run_dir(&bench, *arm, 0);
-        let evals: Vec<EvalRecord> = read_all(&dir.join("eval.jsonl"))?;
-        if let Some(e) = evals.iter().find(|e| e.step == 0 && e.split == "heldout") {
-            sft_row = Some(e.clone());
-            break;
-        }
-    }
+    let start = wmrl_train::trainer::read_summary(&wmrl_train::bench::start_dir(&bench)).ok();
     println!();
     println!(
-        "Held-out success (initial states 16-49 of the config's eval range), embedded simulator:"
+        "Held-out greedy success (every task, initial states of the config's eval range), embedded simulator:"
     );
     println!(
-        "{:<16} {:>10} {:>18} {:>8}",
-        "policy", "success", "95% Wilson", "labels"
+        "{:<18} {:>9} {:>17} {:>16} {:>7}",
+        "policy", "success", "95% Wilson", "gain (points)", "labels"
     );
-    if let Some(e) = &sft_row {
+    if let Some(s0) = &start {
         println!(
-            "{:<16} {:>9.1}% {:>8.1}% - {:>5.1}% {:>8}",
+            "{:<18} {:>8.1}% {:>7.1}% - {:>5.1}% {:>16} {:>7}",
             "SFT (start)",
-            100.0 * e.success,
-            100.0 * e.ci_low,
-            100.0 * e.ci_high,
+            100.0 * s0.heldout.rate,
+            100.0 * s0.heldout.ci_low,
+            100.0 * s0.heldout.ci_high,
+            "-",
             0
         );
     }
     for arm in &arms {
         for s in 0..args.seeds {
-            let dir = wmrl_train::bench::run_dir(&bench, *arm, s);
+            let dir = wmrl_train::bench::run_dir(&bench, &arm.name, s);
             if let Ok(sum) = wmrl_train::trainer::read_summary(&dir) {
+                let gain = start.as_ref().map_or("-".to_string(), |s0| {
+                    format!("{:+.1}", 100.0 * (sum.heldout.rate - s0.heldout.rate))
+                });
                 println!(
-                    "{:<16} {:>9.1}% {:>8.1}% - {:>5.1}% {:>8}",
-                    format!("{} seed {s}", arm.name()),
+                    "{:<18} {:>8.1}% {:>7.1}% - {:>5.1}% {:>16} {:>7}",
+                    format!("{} seed {s}", arm.name),
                     100.0 * sum.heldout.rate,
                     100.0 * sum.heldout.ci_low,
                     100.0 * sum.heldout.ci_high,
+                    gain,
                     sum.ledger.labels
                 );
             }
         }
     }
+    println!(
+        "\nOne seed: a gain is resolved only where an arm's interval clears the start's; the bench (docs/results.md) pairs seeds."
+    );
     println!();
     for (name, secs) in &timings {
         println!("{name:<22} {secs:>7.0} s");
@@ -317,4 +285,72 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("{:<22} {:>7.0} s", "total", t0.elapsed().as_secs_f64());
     println!("report: {}", bench.join("report.md").display());
     Ok(())
+}
+
+/// The world-model stages of --from-scratch: noisy rollouts, training, ONNX
+/// export. Returns the exported model.
+fn train_world_model(
+    args: &Args,
+    q: &Path,
+    size: &str,
+    timings: &mut Vec<(&'static str, f64)>,
+) -> anyhow::Result<PathBuf> {
+    let wm_rollouts = q.join("wm_rollouts");
+    let wm = q.join("wm");
+    let wm_per_task = args.wm_rollouts_per_task.unwrap_or(6);
+    // World-model data: expert, mildly and strongly noisy rollouts of the
+    // training states, so progress and failure both appear.
+    let wper = wm_per_task.to_string();
+    let mut wm_secs = 0.0;
+    for (i, noise) in ["0.0", "0.3", "0.8"].iter().enumerate() {
+        let start = (i * 10 * wm_per_task).to_string();
+        let seed = (100_000 * (i + 1)).to_string();
+        wm_secs += stage(
+            &format!("world-model rollouts (noise {noise})"),
+            wm_rollouts.join(format!("DONE{i}")).exists(),
+            &[
+                "demos",
+                "--tasks",
+                "all",
+                "--per-task",
+                &wper,
+                "--init-states",
+                "0-15",
+                "--noise",
+                noise,
+                "--image-size",
+                size,
+                "--seed",
+                &seed,
+                "--start-index",
+                &start,
+                "--out",
+                &p(&wm_rollouts),
+            ],
+        )?;
+        std::fs::write(wm_rollouts.join(format!("DONE{i}")), "")?;
+    }
+    timings.push(("wm rollouts", wm_secs));
+
+    let mut wm_args = vec![
+        "wm".to_string(),
+        "train".into(),
+        "--rollouts".into(),
+        p(&wm_rollouts),
+        "--out".into(),
+        p(&wm),
+    ];
+    if let Some(s) = args.wm_steps {
+        wm_args.extend(["--steps".into(), s.to_string()]);
+    }
+    let onnx = wm.join("model.onnx");
+    let mut wm_train = stage("world-model training", onnx.exists(), &wm_args)?;
+    wm_train += stage(
+        "world-model export",
+        onnx.exists(),
+        &["wm", "export", "--model", &p(&wm)],
+    )?;
+    timings.push(("wm train+export", wm_train));
+
+    Ok(onnx)
 }

@@ -10,7 +10,8 @@ pub struct Args {
     /// Run config (TOML); unknown keys are an error.
     #[arg(long, required_unless_present = "resume")]
     pub config: Option<PathBuf>,
-    /// Reward arm: sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl.
+    /// Reward arm: sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl,
+    /// or the control sparse_shuffled (advantages shuffled within groups).
     #[arg(long)]
     pub arm: Option<String>,
     #[arg(long)]
@@ -33,6 +34,10 @@ pub struct Args {
     /// Override the world model file.
     #[arg(long)]
     pub world_model: Option<PathBuf>,
+    /// Override any config key before validation: `--set section.key=value`
+    /// (repeatable; the value is TOML, e.g. `--set rollout.temperature=0.5`).
+    #[arg(long = "set", value_name = "KEY=VALUE", conflicts_with = "resume")]
+    pub set: Vec<String>,
     /// No progress bar (for benches running many runs).
     #[arg(long)]
     pub quiet: bool,
@@ -41,11 +46,11 @@ pub struct Args {
 /// Build the config a fresh run would use, with the CLI's overrides applied.
 pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
     let path = args.config.as_ref().context("--config is required")?;
-    let mut cfg = TrainConfig::load(path)?;
+    let mut cfg = TrainConfig::load_with(path, &args.set)?;
     if let Some(a) = &args.arm {
         cfg.arm = Arm::from_name(a).with_context(|| {
             format!(
-                "unknown arm `{a}` (sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl)"
+                "unknown arm `{a}` (sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl, sparse_shuffled)"
             )
         })?;
     }

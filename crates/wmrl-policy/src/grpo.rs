@@ -55,6 +55,9 @@ pub struct GrpoStats {
     pub n_tokens: f64,
 }
 
+/// Rows per forward pass of [`GrpoBatch::with_reference`].
+pub const REFERENCE_CHUNK: usize = 256;
+
 /// Rollout data for the loss, already on the policy's device.
 #[derive(Debug, Clone)]
 pub struct GrpoBatch {
@@ -122,9 +125,24 @@ impl GrpoBatch {
 
     /// Compute and store the reference policy's log-probs once, so inner
     /// epochs do not recompute them.
+    /// The forward passes run in chunks of [`REFERENCE_CHUNK`] rows: one
+    /// pass over a whole step's batch would hold every activation at once.
     pub fn with_reference(mut self, reference: &Policy, temperature: f32) -> Result<Self> {
-        let s = reference.token_stats(&self.inputs, &self.tokens, temperature)?;
-        self.ref_logprobs = Some(s.logprobs.detach());
+        let b = self.batch_size();
+        let mut parts = Vec::new();
+        for start in (0..b).step_by(REFERENCE_CHUNK) {
+            let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
+            let ids = Tensor::from_vec(
+                idx.iter().map(|&i| i as u32).collect::<Vec<_>>(),
+                idx.len(),
+                self.tokens.device(),
+            )?;
+            let inputs = self.inputs.select(&idx)?;
+            let tokens = self.tokens.index_select(&ids, 0)?;
+            let s = reference.token_stats(&inputs, &tokens, temperature)?;
+            parts.push(s.logprobs.detach());
+        }
+        self.ref_logprobs = Some(Tensor::cat(&parts, 0)?);
         Ok(self)
     }
 

@@ -234,6 +234,41 @@ fn nll_loss_decreases_on_a_fixed_batch() {
 }
 
 #[test]
+fn reference_logprobs_in_chunks_equal_one_pass() {
+    let mut cfg = tiny_cfg(Decoding::Parallel);
+    cfg.d_model = 16;
+    cfg.mlp_hidden = 24;
+    cfg.vision_width = 16;
+    let p = Policy::new(cfg, &Device::Cpu, DType::F32).expect("policy");
+    // One row more than a chunk, so the last chunk has a single row.
+    let n = crate::grpo::REFERENCE_CHUNK + 1;
+    let xs: Vec<PolicyInput> = inputs(8).into_iter().cycle().take(n).collect();
+    let samples = p.sample(&xs, 1.0, 5).expect("sample");
+    let tokens: Vec<Vec<u32>> = samples.iter().map(|s| s.tokens.clone()).collect();
+    let old: Vec<Vec<f32>> = samples.iter().map(|s| s.logprobs.clone()).collect();
+    let prepared = p.prepare(&xs).expect("prep");
+    let batch = GrpoBatch::new(&p, prepared.clone(), &tokens, &old, &vec![1.0; n], None)
+        .expect("batch")
+        .with_reference(&p, 1.0)
+        .expect("reference");
+    let whole = p
+        .token_stats(&prepared, &p.tokens_tensor(&tokens).expect("t"), 1.0)
+        .expect("stats")
+        .logprobs;
+    let got = batch.ref_logprobs.expect("set");
+    assert_eq!(got.dims(), whole.dims());
+    let diff = (got - whole)
+        .expect("diff")
+        .abs()
+        .expect("abs")
+        .max_all()
+        .expect("max")
+        .to_scalar::<f32>()
+        .expect("scalar");
+    assert!(diff < 1e-4, "max |diff| {diff}");
+}
+
+#[test]
 fn grpo_loss_gradient_matches_finite_differences() {
     let mut cfg = tiny_cfg(Decoding::Autoregressive);
     cfg.d_model = 16;

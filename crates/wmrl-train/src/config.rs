@@ -82,7 +82,8 @@ pub struct UpdateConfig {
     /// Passes over a step's samples with frozen old log-probs.
     pub inner_epochs: usize,
     /// Samples (policy calls) per gradient step; 0 takes the whole step's
-    /// batch in one gradient step per epoch.
+    /// batch in one gradient step per epoch (memory grows with the batch:
+    /// one pass over half of a 256-rollout step of `tiny` exceeded 24 GB).
     pub minibatch: usize,
     /// Leave groups whose advantages are all zero (e.g. eight failures
     /// under a sparse reward) out of the update, as DAPO's dynamic sampling

@@ -459,15 +459,33 @@ impl Trainer {
     /// samples with `side[i]` true and those with it false; `None` when a
     /// side is empty or its gradient is zero.
     fn grad_cosine(&self, batch: &GrpoBatch, side: &[bool]) -> Result<Option<f64>> {
-        let mut grads = Vec::new();
+        // Each side's gradient is accumulated over minibatches (weighted by
+        // their token counts, so it is the side's token-mean gradient up to
+        // a scale the cosine ignores): one pass over a large step would not
+        // fit in memory.
+        let mb = match self.cfg.update.minibatch {
+            0 => 128,
+            m => m,
+        };
+        let mut grads: Vec<Vec<f64>> = Vec::new();
         for want in [true, false] {
             let idx: Vec<usize> = (0..side.len()).filter(|&i| side[i] == want).collect();
             if idx.is_empty() {
                 return Ok(None);
             }
-            let sub = batch.select(&idx)?;
-            let (l, _) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
-            grads.push(self.optimizer.gradient(&l)?);
+            let mut acc: Vec<f64> = Vec::new();
+            for part in idx.chunks(mb) {
+                let sub = batch.select(part)?;
+                let (l, st) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
+                let g = self.optimizer.gradient(&l)?;
+                if acc.is_empty() {
+                    acc = vec![0.0; g.len()];
+                }
+                for (a, x) in acc.iter_mut().zip(&g) {
+                    *a += st.n_tokens * f64::from(*x);
+                }
+            }
+            grads.push(acc);
         }
         let (a, b) = (&grads[0], &grads[1]);
         let dot: f64 = a

@@ -129,8 +129,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    // Post-training from a given checkpoint goes to its own directory, so it
-    // never picks up finished runs that started from the quickstart's SFT.
+    // The from-scratch pipeline post-trains into its own directory, so it
+    // never picks up finished runs that started from the shipped policy.
     let bench = q.join(if own_sft { "bench-scratch" } else { "bench" });
     // Finished runs are reused only if they started from the same policy.
     let marker = bench.join("STARTED_FROM");

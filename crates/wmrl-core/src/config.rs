@@ -248,8 +248,9 @@ pub struct CoreConfig {
     /// (no ranking information, e.g. 8 failures) takes its ranking from the
     /// (calibrated) world-model stream instead of being skipped, in arms that
     /// read the world model. This is what lets the dense signal help in the
-    /// free-label regime, where every group is an anchor. Off reproduces the
-    /// paper exactly.
+    /// free-label regime, where every group is an anchor, with
+    /// `anchor_reward = "sparse"` (`calib` and `mix` rank every free-label
+    /// group by f(dense) already). Off reproduces the paper exactly.
     pub dense_fallback_on_flat_anchors: bool,
     /// Free-label regime only: what anchor rollouts of a calibrating arm are
     /// rewarded with. Reference default: `calib`.

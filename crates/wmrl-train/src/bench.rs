@@ -356,10 +356,15 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
             }
             per_run_eval.push(curve_points(&dir, &start_evals)?);
             let evals: Vec<EvalRecord> = metrics::read_all(&dir.join("eval.jsonl"))?;
+            let split = if evals.iter().any(|e| e.split == "curve") {
+                "curve"
+            } else {
+                "heldout"
+            };
             per_run_labels.push(
                 evals
                     .iter()
-                    .filter(|e| e.split == "curve" || e.split == "heldout")
+                    .filter(|e| e.split == split)
                     .map(|e| (e.labels_cumulative as f64, e.success))
                     .collect(),
             );

@@ -90,7 +90,8 @@ pub struct UpdateConfig {
     /// does: they carry no policy-gradient signal but would dilute the
     /// token-mean loss and still pull through the KL term.
     pub skip_flat_groups: bool,
-    /// Diagnostic (costs four extra backward passes per step): the policy
+    /// Diagnostic (costs two extra forward and backward passes over the
+    /// step's batch): the policy
     /// gradient before the update of two halves of every group's rollouts,
     /// and their cosine `c` (`grad_half_cosine`): near 0 means the gradient
     /// is noise; the signal's share of the full-batch gradient power is
@@ -385,11 +386,8 @@ impl TrainConfig {
             }
         }
         let u = &self.update;
-        if u.inner_epochs == 0 || u.minibatch == 0 {
-            return Err(bad(
-                "update.inner_epochs / update.minibatch",
-                "must be at least 1",
-            ));
+        if u.inner_epochs == 0 {
+            return Err(bad("update.inner_epochs", "must be at least 1"));
         }
         if !(u.optim.lr > 0.0 && u.optim.lr.is_finite()) {
             return Err(bad("update.optim.lr", "must be positive"));
@@ -431,6 +429,9 @@ mod tests {
             "t.toml",
         )
         .expect("tied temperatures");
+        TrainConfig::from_toml("[update]\nminibatch = 0\n", "t.toml").expect("whole batch");
+        let err = TrainConfig::from_toml("[update]\ninner_epochs = 0\n", "t.toml").expect_err("0");
+        assert!(err.to_string().contains("update.inner_epochs"), "{err}");
         let err = TrainConfig::from_toml("[eval]\ncurve_init_states = [0, 20]\n", "t.toml")
             .expect_err("curve overlap");
         assert!(err.to_string().contains("eval.curve_init_states"), "{err}");

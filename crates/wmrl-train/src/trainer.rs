@@ -328,13 +328,12 @@ impl Trainer {
         let (mut tokens, mut old, mut adv, mut mask) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut flat_groups = 0usize;
-        let mean_chunks = rollouts.iter().map(|r| r.chunks.len() as f64).sum::<f64>()
-            / rollouts.len().max(1) as f64;
-        // (group, rollout-in-group) of every sample, for the gradient-noise
-        // diagnostic.
-        let mut sample_group = Vec::new();
+        // The rollouts that enter the update: (group, index in group,
+        // rollout, advantage).
+        let mut included: Vec<(usize, usize, &Rollout, f64)> = Vec::new();
         for (gi, group) in outcome.advantages.iter().enumerate() {
-            let flat = group.iter().flatten().all(|a| *a == 0.0);
+            // Rewards equal up to rounding give advantages of about 1e-17.
+            let flat = group.iter().flatten().all(|a| a.abs() < 1e-9);
             if flat && group.iter().any(Option::is_some) {
                 flat_groups += 1;
             }
@@ -342,21 +341,33 @@ impl Trainer {
                 continue;
             }
             for (ri, (r, a)) in rollouts[gi * g..(gi + 1) * g].iter().zip(group).enumerate() {
-                let Some(a) = a else { continue };
-                // Per-rollout normalisation: a rollout of n chunks weighs
-                // each chunk 1/n of the mean rollout's length.
-                let scale = match self.cfg.update.loss_norm {
-                    LossNorm::Token => 1.0,
-                    LossNorm::Rollout => mean_chunks / r.chunks.len().max(1) as f64,
-                };
-                for c in &r.chunks {
-                    inputs.push(c.input.clone());
-                    tokens.push(c.tokens.clone());
-                    old.push(c.logprobs.clone());
-                    adv.push((*a * scale) as f32);
-                    mask.push(c.mask.clone());
-                    sample_group.push((gi, ri));
+                if let Some(a) = a {
+                    included.push((gi, ri, r, *a));
                 }
+            }
+        }
+        let mean_chunks = included
+            .iter()
+            .map(|x| x.2.chunks.len() as f64)
+            .sum::<f64>()
+            / included.len().max(1) as f64;
+        // (group, rollout-in-group) of every sample, for the gradient-noise
+        // diagnostic.
+        let mut sample_group = Vec::new();
+        for &(gi, ri, r, a) in &included {
+            // Per-rollout normalisation: a rollout of n chunks weighs each
+            // chunk (mean length of the included rollouts) / n.
+            let scale = match self.cfg.update.loss_norm {
+                LossNorm::Token => 1.0,
+                LossNorm::Rollout => mean_chunks / r.chunks.len().max(1) as f64,
+            };
+            for c in &r.chunks {
+                inputs.push(c.input.clone());
+                tokens.push(c.tokens.clone());
+                old.push(c.logprobs.clone());
+                adv.push((a * scale) as f32);
+                mask.push(c.mask.clone());
+                sample_group.push((gi, ri));
             }
         }
         let (mut grad_half_cosine, mut grad_cross_group_cosine) = (None, None);
@@ -467,6 +478,13 @@ impl Trainer {
             0 => 128,
             m => m,
         };
+        // The policy-gradient term only: the KL pull towards the reference
+        // (and the entropy bonus) would be shared by both sides.
+        let loss_cfg = wmrl_policy::GrpoConfig {
+            kl_beta: 0.0,
+            entropy_coef: 0.0,
+            ..self.cfg.update.loss.clone()
+        };
         let mut grads: Vec<Vec<f64>> = Vec::new();
         for want in [true, false] {
             let idx: Vec<usize> = (0..side.len()).filter(|&i| side[i] == want).collect();
@@ -476,7 +494,7 @@ impl Trainer {
             let mut acc: Vec<f64> = Vec::new();
             for part in idx.chunks(mb) {
                 let sub = batch.select(part)?;
-                let (l, st) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
+                let (l, st) = grpo_loss(&self.policy, None, &sub, &loss_cfg)?;
                 let g = self.optimizer.gradient(&l)?;
                 if acc.is_empty() {
                     acc = vec![0.0; g.len()];
@@ -568,7 +586,12 @@ impl Trainer {
     /// checkpointing on schedule, then the final evaluation and summary.
     /// `on_step` sees each step's metrics (for progress bars).
     pub fn run(&mut self, mut on_step: impl FnMut(&StepMetrics)) -> Result<RunSummary> {
-        if self.step == 0 && self.cfg.eval.every > 0 && self.cfg.eval.at_start {
+        // A run resumed from its step-0 checkpoint has the start's record.
+        if self.step == 0
+            && self.cfg.eval.every > 0
+            && self.cfg.eval.at_start
+            && metrics::len_of(&self.files.eval()) == 0
+        {
             self.evaluate_split("curve")?;
             self.checkpoint()?;
         }
@@ -576,7 +599,13 @@ impl Trainer {
             let m = self.train_step()?;
             on_step(&m);
             let every = self.cfg.eval.every;
-            if every > 0 && self.step.is_multiple_of(every) {
+            // At the last step the final evaluation covers the curve states
+            // unless the curve has its own subset.
+            let last = self.step == self.cfg.steps;
+            if every > 0
+                && self.step.is_multiple_of(every)
+                && (!last || self.cfg.eval.curve_init_states.is_some())
+            {
                 self.evaluate_split("curve")?;
             }
             if self.step.is_multiple_of(self.cfg.checkpoint_every) || self.step == self.cfg.steps {

@@ -105,19 +105,6 @@ pub fn paired(a: &ArmResult, b: &ArmResult) -> Option<MeanCi> {
     MeanCi::of(&d)
 }
 
-/// `+3.2 [0.4, 6.0]` points.
-fn pts(c: &MeanCi) -> String {
-    if c.n < 2 {
-        return format!("{:+.1} (1 seed)", 100.0 * c.mean);
-    }
-    format!(
-        "{:+.1} [{:+.1}, {:+.1}]",
-        100.0 * c.mean,
-        100.0 * c.lo,
-        100.0 * c.hi
-    )
-}
-
 /// Held-out curve points of one run: the periodic `curve` evaluations (the
 /// start's, from the bench's start run, when the run did not evaluate its
 /// own step 0), falling back to `heldout` records of older runs.
@@ -278,7 +265,7 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
             regime,
             r.runs.len(),
             r.heldout.pct(),
-            gain.map_or("-".into(), |g| pts(&g)),
+            gain.map_or("-".into(), |g| g.points()),
             r.heldout_sampled.map_or("-".into(), |c| c.pct()),
             r.in_domain.map_or("-".into(), |c| c.pct()),
             r.labels,
@@ -319,7 +306,7 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
                 paired_md,
                 "| `{a}` - `{b}` | {} | {} | {verdict} |",
                 d.n,
-                pts(&d)
+                d.points()
             );
         }
     }

@@ -57,15 +57,26 @@ impl MeanCi {
 
     /// `41.2 [38.0, 44.4]` in percent.
     pub fn pct(&self) -> String {
+        self.format(false)
+    }
+
+    /// `+3.2 [+0.4, +6.0]`: a difference in percentage points.
+    pub fn points(&self) -> String {
+        self.format(true)
+    }
+
+    fn format(&self, signed: bool) -> String {
+        let f = |x: f64| {
+            if signed {
+                format!("{:+.1}", 100.0 * x)
+            } else {
+                format!("{:.1}", 100.0 * x)
+            }
+        };
         if self.n < 2 {
-            return format!("{:.1} (1 seed)", 100.0 * self.mean);
+            return format!("{} (1 seed)", f(self.mean));
         }
-        format!(
-            "{:.1} [{:.1}, {:.1}]",
-            100.0 * self.mean,
-            100.0 * self.lo,
-            100.0 * self.hi
-        )
+        format!("{} [{}, {}]", f(self.mean), f(self.lo), f(self.hi))
     }
 }
 
@@ -92,6 +103,9 @@ mod tests {
         let ci = MeanCi::of(&[0.3, 0.4, 0.5]).expect("ci");
         // sd = 0.1, se = 0.0577, t(2) = 4.303
         assert!((ci.mean - 0.4).abs() < 1e-12);
+        assert_eq!(ci.pct(), "40.0 [15.2, 64.8]");
+        let d = MeanCi::of(&[-0.01, 0.02, 0.05]).expect("d");
+        assert_eq!(d.points(), "+2.0 [-5.5, +9.5]");
         assert!((ci.hi - 0.4 - 4.303 * 0.1 / 3f64.sqrt()).abs() < 1e-9);
         assert!(ci.overlaps(&MeanCi::of(&[0.6, 0.62, 0.64]).expect("ci")));
         assert!(

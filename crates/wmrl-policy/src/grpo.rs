@@ -132,14 +132,8 @@ impl GrpoBatch {
         let mut parts = Vec::new();
         for start in (0..b).step_by(REFERENCE_CHUNK) {
             let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
-            let ids = Tensor::from_vec(
-                idx.iter().map(|&i| i as u32).collect::<Vec<_>>(),
-                idx.len(),
-                self.tokens.device(),
-            )?;
-            let inputs = self.inputs.select(&idx)?;
-            let tokens = self.tokens.index_select(&ids, 0)?;
-            let s = reference.token_stats(&inputs, &tokens, temperature)?;
+            let sub = self.select(&idx)?;
+            let s = reference.token_stats(&sub.inputs, &sub.tokens, temperature)?;
             parts.push(s.logprobs.detach());
         }
         self.ref_logprobs = Some(Tensor::cat(&parts, 0)?);

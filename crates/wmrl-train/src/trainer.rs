@@ -351,10 +351,14 @@ impl Trainer {
             .map(|x| x.2.chunks.len() as f64)
             .sum::<f64>()
             / included.len().max(1) as f64;
-        // (group, rollout-in-group) of every sample, for the gradient-noise
-        // diagnostic.
+        // (ordinal of its group among the updated ones, rollout-in-group) of
+        // every sample, for the gradient-noise diagnostic.
         let mut sample_group = Vec::new();
-        for &(gi, ri, r, a) in &included {
+        let mut ordinal = 0usize;
+        for (k, &(gi, ri, r, a)) in included.iter().enumerate() {
+            if k > 0 && included[k - 1].0 != gi {
+                ordinal += 1;
+            }
             // Per-rollout normalisation: a rollout of n chunks weighs each
             // chunk (mean length of the included rollouts) / n.
             let scale = match self.cfg.update.loss_norm {
@@ -367,7 +371,7 @@ impl Trainer {
                 old.push(c.logprobs.clone());
                 adv.push((a * scale) as f32);
                 mask.push(c.mask.clone());
-                sample_group.push((gi, ri));
+                sample_group.push((ordinal, ri));
             }
         }
         let (mut grad_half_cosine, mut grad_cross_group_cosine) = (None, None);
@@ -387,12 +391,7 @@ impl Trainer {
                 let within: Vec<bool> = sample_group.iter().map(|&(_, ri)| ri < g / 2).collect();
                 grad_half_cosine = self.grad_cosine(&batch, &within)?;
                 // Different groups (mostly different tasks): interference.
-                let mut ids: Vec<usize> = sample_group.iter().map(|&(gi, _)| gi).collect();
-                ids.dedup();
-                let across: Vec<bool> = sample_group
-                    .iter()
-                    .map(|&(gi, _)| ids.iter().position(|&x| x == gi).unwrap_or(0) % 2 == 0)
-                    .collect();
+                let across: Vec<bool> = sample_group.iter().map(|&(o, _)| o % 2 == 0).collect();
                 grad_cross_group_cosine = self.grad_cosine(&batch, &across)?;
             }
             let mb_size = match self.cfg.update.minibatch {

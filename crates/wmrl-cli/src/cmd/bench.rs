@@ -129,12 +129,8 @@ pub fn bench_arms(arms: &str, variants: &[String]) -> anyhow::Result<Vec<BenchAr
 pub fn run(args: Args) -> anyhow::Result<()> {
     let arms = bench_arms(&args.arms, &args.variants)?;
     let seeds: Vec<u64> = (0..args.seeds).collect();
-    // Fail on a bad config (with every override) before any work starts.
-    let mut cfg = wmrl_train::TrainConfig::load_with(&args.config, &args.set)?;
-    if let Some(f) = args.anchor_fraction {
-        cfg.wmrl.anchors.fraction = f;
-    }
-    cfg.validate()?;
+    // Fail on a bad config (each arm's, with every override) before any
+    // work starts; `bench_arms` guarantees at least one arm.
     for a in &arms {
         let mut c = wmrl_train::TrainConfig::load_with(
             &args.config,

@@ -61,7 +61,6 @@ pub fn small_scale_core() -> CoreConfig {
     let mut c = CoreConfig::default();
     c.calibration.min_pairs = 24;
     c.calibration.refit_every = 8;
-    c.calibration.range = Some([0.0, 1.0]);
     c.weight.warmup_groups = 4;
     c.weight.half_life_groups = 16.0;
     c

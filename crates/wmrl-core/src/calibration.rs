@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{CalibrationConfig, CalibrationMode};
+use crate::config::{CalibrationConfig, CalibrationMode, ScoreRange};
 use crate::error::check_finite;
 use crate::{CoreError, Result};
 
@@ -122,6 +122,43 @@ impl IsotonicMap {
         y0 + (y1 - y0) * (x - x0) / (x1 - x0)
     }
 
+    /// [`Self::eval`] over many scores (same values): a bucket table over
+    /// the knots' span gives each score its segment in O(1) instead of a
+    /// binary search.
+    pub fn eval_many(&self, xs: &[f64]) -> Vec<f64> {
+        let n = self.xs.len();
+        let (x0, xn) = (self.xs[0], self.xs[n - 1]);
+        let (y0, yn) = (self.ys[0], self.ys[n - 1]);
+        let buckets = (4 * n).clamp(64, 1 << 16);
+        let inv = buckets as f64 / (xn - x0);
+        // Each bucket starts its scan at the first knot above the previous
+        // bucket's start: never past the answer, whatever the rounding.
+        let start: Vec<u32> = (0..buckets)
+            .map(|b| {
+                let lo = x0 + (b as f64 - 1.0) / inv;
+                self.xs.partition_point(|&k| k <= lo).max(1) as u32
+            })
+            .collect();
+        let (kx, ky) = (&self.xs[..], &self.ys[..]);
+        xs.iter()
+            .map(|&x| {
+                if x <= x0 {
+                    return y0;
+                }
+                if x >= xn {
+                    return yn;
+                }
+                let b = (((x - x0) * inv) as usize).min(buckets - 1);
+                let mut i = start[b] as usize;
+                while kx[i] <= x {
+                    i += 1;
+                }
+                let (xa, xb, ya, yb) = (kx[i - 1], kx[i], ky[i - 1], ky[i]);
+                ya + (yb - ya) * (x - xa) / (xb - xa)
+            })
+            .collect()
+    }
+
     pub fn knots(&self) -> (&[f64], &[f64]) {
         (&self.xs, &self.ys)
     }
@@ -159,10 +196,12 @@ impl Calibrator {
         })
     }
 
-    /// Add anchor pairs; refit when the buffer holds `min_pairs` and either no
-    /// map exists yet or `refit_every` pairs arrived since the last fit.
-    /// Pairs arrive a batch at a time, so a refit happens after the batch that
-    /// crosses the threshold. Returns whether a refit happened.
+    /// Add anchor pairs one at a time, as the reference does: the first fit
+    /// fires on the pair that brings the buffer to `min_pairs`, then a refit
+    /// on every `refit_every`-th new pair, wherever it falls inside a push
+    /// (a fit sees exactly the pairs pushed before it). While no map exists
+    /// (e.g. every pair so far in one bin) every new pair retries. Returns
+    /// whether a refit happened during this push.
     pub fn push(&mut self, wm: &[f64], real: &[f64]) -> Result<bool> {
         if wm.len() != real.len() {
             return Err(CoreError::Shape(format!(
@@ -173,18 +212,19 @@ impl Calibrator {
         }
         check_finite("calibration.wm", wm)?;
         check_finite("calibration.real", real)?;
+        let mut refitted = false;
         for (&x, &y) in wm.iter().zip(real) {
             if self.buf.len() == self.cfg.cap {
                 self.buf.pop_front();
             }
             self.buf.push_back((x, y));
+            self.new_since_fit += 1;
+            let due = self.map.is_none() || self.new_since_fit >= self.cfg.refit_every;
+            if self.buf.len() >= self.cfg.min_pairs && due {
+                refitted |= self.refit();
+            }
         }
-        self.new_since_fit += wm.len();
-        let due = self.map.is_none() || self.new_since_fit >= self.cfg.refit_every;
-        if self.buf.len() >= self.cfg.min_pairs && due {
-            return Ok(self.refit());
-        }
-        Ok(false)
+        Ok(refitted)
     }
 
     /// Fit on the whole buffer now. Keeps the previous map when the buffer
@@ -208,7 +248,7 @@ impl Calibrator {
     pub fn apply(&self, xs: &[f64]) -> Result<Vec<f64>> {
         check_finite("calibration.apply", xs)?;
         Ok(match &self.map {
-            Some(m) => xs.iter().map(|&x| m.eval(x)).collect(),
+            Some(m) => m.eval_many(xs),
             None => xs.to_vec(),
         })
     }
@@ -235,11 +275,14 @@ pub fn fit_map(cfg: &CalibrationConfig, xs: &[f64], ys: &[f64]) -> Option<Isoton
     match cfg.mode {
         CalibrationMode::Exact => IsotonicMap::fit_exact(xs, ys, &vec![1.0; xs.len()]),
         CalibrationMode::Binned => {
-            let [lo, hi] = cfg.range.unwrap_or_else(|| {
-                let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                [lo, hi]
-            });
+            let [lo, hi] = match cfg.range {
+                ScoreRange::Fixed(r) => r,
+                ScoreRange::Auto(_) => {
+                    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+                    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    [lo, hi]
+                }
+            };
             IsotonicMap::fit_binned(xs, ys, cfg.bins, lo, hi)
         }
     }
@@ -265,10 +308,11 @@ mod tests {
         let ys = xs.clone();
         assert!(!c.push(&xs, &ys).expect("ok")); // 8
         assert!(!c.push(&xs, &ys).expect("ok")); // 16
-        assert!(c.push(&xs, &ys).expect("ok")); // 24 >= min_pairs: first fit
-        assert!(!c.push(&xs, &ys).expect("ok")); // 8 new < 10
-        assert!(c.push(&xs, &ys).expect("ok")); // 16 new >= 10
+        assert!(c.push(&xs, &ys).expect("ok")); // pair 20: first fit
+        assert!(c.push(&xs, &ys).expect("ok")); // pair 30: 10 new
         assert_eq!(c.n_fits(), 2);
+        assert!(c.push(&xs, &ys).expect("ok")); // pair 40
+        assert_eq!(c.n_fits(), 3);
         assert_eq!(c.n_pairs(), 30);
     }
 
@@ -281,6 +325,54 @@ mod tests {
         assert!((m.eval(0.5) - 0.45).abs() < 1e-12);
         assert_eq!(m.eval(-3.0), 0.1);
         assert_eq!(m.eval(3.0), 0.8);
+    }
+
+    #[test]
+    fn eval_many_equals_eval_everywhere() {
+        let mut rng = crate::rng::SplitMix64::new(9);
+        for n in [2usize, 3, 10, 300] {
+            let xs: Vec<f64> = (0..4 * n).map(|_| rng.unit()).collect();
+            let ys: Vec<f64> = xs.iter().map(|&x| x * x + 0.1 * rng.unit()).collect();
+            let m = IsotonicMap::fit_exact(&xs, &ys, &vec![1.0; xs.len()]).expect("fit");
+            let (kx, _) = m.knots();
+            // Probes: random, outside, and exactly on (and next to) knots.
+            let mut probes: Vec<f64> = (0..2000).map(|_| 1.4 * rng.unit() - 0.2).collect();
+            for &k in kx {
+                probes.extend([k, k.next_down(), k.next_up()]);
+            }
+            let many = m.eval_many(&probes);
+            for (&x, &y) in probes.iter().zip(&many) {
+                assert_eq!(y.to_bits(), m.eval(x).to_bits(), "n={n} x={x}");
+            }
+        }
+    }
+
+    #[test]
+    fn refits_fire_on_exact_pair_counts_inside_pushes() {
+        // min_pairs 20, refit_every 8, pushes of 16: fits after pairs 20,
+        // 28, 36, 44, ... (not once per push, not reset by the push size).
+        let mut c = Calibrator::new(cfg(20, 8, 100)).expect("valid");
+        let xs: Vec<f64> = (0..16).map(|i| i as f64 / 15.0).collect();
+        let ys: Vec<f64> = xs.iter().map(|&x| f64::from(u8::from(x > 0.5))).collect();
+        let mut fits = Vec::new();
+        for _ in 0..4 {
+            c.push(&xs, &ys).expect("ok");
+            fits.push(c.n_fits());
+        }
+        // 16 pairs: none; 32: at 20 and 28; 48: 36, 44; 64: 52, 60.
+        assert_eq!(fits, vec![0, 2, 4, 6]);
+        // The first fit saw exactly 20 pairs: the same map as fitting them.
+        let mut d = Calibrator::new(cfg(20, 1000, 100)).expect("valid");
+        d.push(&xs, &ys).expect("ok");
+        d.push(&xs[..4], &ys[..4]).expect("ok");
+        let mut e = Calibrator::new(cfg(20, 1000, 100)).expect("valid");
+        e.push(&xs, &ys).expect("ok");
+        e.push(&xs, &ys).expect("ok");
+        assert_eq!(
+            d.map(),
+            e.map(),
+            "pairs after the 20th wait for the next refit"
+        );
     }
 
     #[test]

@@ -49,22 +49,54 @@ pub enum CalibrationMode {
     Exact,
 }
 
+/// The score range the binned fit's equal-width bins cover.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ScoreRange {
+    /// A fixed `[lo, hi]` (the reference: `[0, 1]`). Scores outside fall into
+    /// the end bins; the map is flat beyond its end knots (the end bins'
+    /// mean scores).
+    Fixed([f64; 2]),
+    /// `"observed"`: the buffer's own minimum and maximum at each fit.
+    Auto(AutoRange),
+}
+
+/// The non-fixed [`ScoreRange`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoRange {
+    Observed,
+}
+
+impl ScoreRange {
+    /// The reference's range: `[0, 1]`.
+    pub const UNIT: Self = Self::Fixed([0.0, 1.0]);
+}
+
+impl Default for ScoreRange {
+    fn default() -> Self {
+        Self::UNIT
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CalibrationConfig {
     pub mode: CalibrationMode,
     /// Equal-width bins over the score range. Paper: 10.
     pub bins: usize,
-    /// Pairs needed before the first fit; identity before. Paper: 200.
+    /// Pairs needed before the first fit (it fires on exactly the
+    /// `min_pairs`-th pair); identity before. Paper: 200.
     pub min_pairs: usize,
-    /// Refit after this many new pairs. Paper: 64.
+    /// Refit on every `refit_every`-th new pair after a fit, counted pair
+    /// by pair across pushes. Paper: 64.
     pub refit_every: usize,
     /// FIFO buffer capacity. Paper: 5000.
     pub cap: usize,
-    /// Fixed score range for the bins, e.g. `[0, 1]` for progress scores or
-    /// `[-1, 1]` for potentials; `None` uses the buffer's observed range (the
-    /// paper's "its range").
-    pub range: Option<[f64; 2]>,
+    /// Score range of the bins: `[lo, hi]` (default `[0, 1]`, the
+    /// reference's), e.g. `[-1, 1]` for potential scores, or `"observed"`
+    /// for the buffer's own range at each fit.
+    pub range: ScoreRange,
 }
 
 impl Default for CalibrationConfig {
@@ -75,7 +107,7 @@ impl Default for CalibrationConfig {
             min_pairs: 200,
             refit_every: 64,
             cap: 5000,
-            range: None,
+            range: ScoreRange::UNIT,
         }
     }
 }
@@ -302,7 +334,7 @@ impl CoreConfig {
                 "must be at least min_pairs (and 2)",
             ));
         }
-        if let Some([lo, hi]) = c.range
+        if let ScoreRange::Fixed([lo, hi]) = c.range
             && !(lo.is_finite() && hi.is_finite() && lo < hi)
         {
             return Err(invalid(

@@ -144,18 +144,7 @@ impl CorrectionLoop {
         let arm = self.arm;
 
         // World-model scores (raw) for every group: one batched pass.
-        let wm_raw = if arm.uses_world_model() {
-            let s = scorers
-                .world_model(&all)
-                .map_err(|e| CoreError::Scorer(e.to_string()))?;
-            check_shape("world model", &s, group_sizes)?;
-            for g in &s {
-                check_finite("world_model", g)?;
-            }
-            Some(s)
-        } else {
-            None
-        };
+        let wm_raw = self.world_model_scores(group_sizes, scorers)?;
 
         // 1. Choose anchors.
         let anchors: Vec<usize> = if arm.all_real() {
@@ -168,6 +157,66 @@ impl CorrectionLoop {
                 .map(|s| s.iter().map(|g| mean(g).unwrap_or(0.0)).collect());
             self.scheduler.choose(n, capacity, means.as_deref())?
         };
+        self.run_step(group_sizes, wm_raw, anchors, scorers)
+    }
+
+    /// One step with anchors chosen by the caller (ascending group
+    /// indices, each at most once), e.g. to replay a recorded stream; the
+    /// arm must read real outcomes for any anchor to be given. Anchor pairs
+    /// are pushed and measured group by group in the order given.
+    pub fn step_with_anchors(
+        &mut self,
+        group_sizes: &[usize],
+        anchors: &[usize],
+        scorers: &mut dyn Scorers,
+    ) -> Result<StepOutcome> {
+        let n = group_sizes.len();
+        if let Some(g) = group_sizes.iter().position(|&s| s == 0) {
+            return Err(CoreError::EmptyGroup { group: g });
+        }
+        if anchors.windows(2).any(|w| w[0] >= w[1]) || anchors.iter().any(|&g| g >= n) {
+            return Err(CoreError::Shape(format!(
+                "anchors {anchors:?} must be ascending, distinct group indices below {n}"
+            )));
+        }
+        if !anchors.is_empty() && !self.arm.uses_real() {
+            return Err(CoreError::Shape(format!(
+                "arm {} reads no real outcomes: no anchors allowed",
+                self.arm.name()
+            )));
+        }
+        let wm_raw = self.world_model_scores(group_sizes, scorers)?;
+        self.run_step(group_sizes, wm_raw, anchors.to_vec(), scorers)
+    }
+
+    fn world_model_scores(
+        &self,
+        group_sizes: &[usize],
+        scorers: &mut dyn Scorers,
+    ) -> Result<Option<Vec<Vec<f64>>>> {
+        if !self.arm.uses_world_model() {
+            return Ok(None);
+        }
+        let all: Vec<usize> = (0..group_sizes.len()).collect();
+        let s = scorers
+            .world_model(&all)
+            .map_err(|e| CoreError::Scorer(e.to_string()))?;
+        check_shape("world model", &s, group_sizes)?;
+        for g in &s {
+            check_finite("world_model", g)?;
+        }
+        Ok(Some(s))
+    }
+
+    fn run_step(
+        &mut self,
+        group_sizes: &[usize],
+        wm_raw: Option<Vec<Vec<f64>>>,
+        anchors: Vec<usize>,
+        scorers: &mut dyn Scorers,
+    ) -> Result<StepOutcome> {
+        let n = group_sizes.len();
+        let arm = self.arm;
         let mut is_anchor = vec![false; n];
         anchors.iter().for_each(|&g| is_anchor[g] = true);
 
@@ -198,13 +247,6 @@ impl CorrectionLoop {
             None => Vec::new(),
         };
 
-        // 3. Update the calibration first.
-        let refit = if arm.calibrates() && !pairs.is_empty() {
-            let (xs, ys): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
-            self.calibrator.push(&xs, &ys)?
-        } else {
-            false
-        };
         let calibrate = |c: &Calibrator, xs: &[f64]| -> Result<Vec<f64>> {
             if arm.calibrates() {
                 c.apply(xs)
@@ -213,8 +255,11 @@ impl CorrectionLoop {
             }
         };
 
-        // 4. Disagreement on the calibrated residual, then the weight.
+        // 3-4. Group by group, as the reference: push the group's pairs into
+        // the calibration first, then measure its disagreement on the
+        // calibrated residual and update the weight.
         let (mut dis, mut dis_raw) = (Vec::new(), Vec::new());
+        let mut refit = false;
         if let Some(wm) = &wm_raw {
             for (&g, r) in anchors.iter().zip(&real) {
                 let (xs, ys): (Vec<f64>, Vec<f64>) = wm[g]
@@ -222,6 +267,9 @@ impl CorrectionLoop {
                     .zip(r)
                     .filter_map(|(&x, y)| y.map(|y| (x, y)))
                     .unzip();
+                if arm.calibrates() && !xs.is_empty() {
+                    refit |= self.calibrator.push(&xs, &ys)?;
+                }
                 if xs.len() < 2 {
                     continue;
                 }

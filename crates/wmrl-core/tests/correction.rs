@@ -178,8 +178,10 @@ fn non_monotone_bias_is_flagged() {
 }
 
 #[test]
-fn disagreement_is_measured_after_the_calibration_update() {
-    // min_pairs is reached inside the first step: 8 anchor groups x 8 = 64.
+fn disagreement_is_measured_group_by_group_after_each_push() {
+    // min_pairs is reached by the last of the 8 anchor groups of 8 (pair
+    // 64): as the reference, each group's pairs are pushed, then that group
+    // is measured, so groups 0-6 see the identity and group 7 the new map.
     let mut cfg = config(0.25);
     cfg.calibration = CalibrationConfig {
         min_pairs: 64,
@@ -190,19 +192,25 @@ fn disagreement_is_measured_after_the_calibration_update() {
     sim.draw(32);
     let out = lp.step(&[8; 32], None, &mut sim).expect("step");
     assert!(out.stats.refit && out.stats.calibrated);
+    assert_eq!(lp.calibrator().n_fits(), 1);
     let wm = out.wm_raw.as_ref().expect("wm scores");
-    let (mut after, mut before) = (Vec::new(), Vec::new());
-    for (&g, real) in out.anchors.iter().zip(&out.real) {
+    let (mut expected, mut all_raw) = (Vec::new(), Vec::new());
+    for (k, (&g, real)) in out.anchors.iter().zip(&out.real).enumerate() {
         let s: Vec<f64> = real.iter().map(|r| r.expect("graded")).collect();
-        let d = lp.calibrator().apply(&wm[g]).expect("apply");
-        after.extend(group_disagreement(&d, &s, 1e-9).expect("ok"));
-        before.extend(group_disagreement(&wm[g], &s, 1e-9).expect("ok"));
+        let raw = group_disagreement(&wm[g], &s, 1e-9).expect("ok");
+        all_raw.extend(raw);
+        if k < 7 {
+            expected.extend(raw);
+        } else {
+            let d = lp.calibrator().apply(&wm[g]).expect("apply");
+            expected.extend(group_disagreement(&d, &s, 1e-9).expect("ok"));
+        }
     }
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let reported = out.stats.disagreement.expect("measured");
-    assert!((reported - mean(&after)).abs() < 1e-12);
-    // The order matters: measured before the update it would be the raw one.
-    assert!((reported - mean(&before)).abs() > 1e-3);
+    assert!((reported - mean(&expected)).abs() < 1e-12);
+    // The last group's measurement saw the fit: not the all-raw figure.
+    assert!((reported - mean(&all_raw)).abs() > 1e-4);
 }
 
 #[test]

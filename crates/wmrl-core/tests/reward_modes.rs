@@ -53,7 +53,7 @@ fn config(fraction: f64, mode: AnchorReward) -> CoreConfig {
         calibration: CalibrationConfig {
             min_pairs: 4,
             refit_every: 4,
-            range: Some([0.0, 1.0]),
+            range: wmrl_core::ScoreRange::UNIT,
             ..CalibrationConfig::default()
         },
         anchor_reward: mode,

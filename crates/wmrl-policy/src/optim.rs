@@ -101,9 +101,26 @@ impl std::fmt::Debug for PolicyOptimizer {
 
 impl PolicyOptimizer {
     pub fn new(policy: &Policy, cfg: OptimConfig) -> Result<Self> {
-        let slots = policy
-            .vars()
+        Self::new_subset(policy, cfg, &[])
+    }
+
+    /// AdamW over the parameters whose names start with one of `prefixes`
+    /// (every parameter when `prefixes` is empty); the others stay frozen.
+    /// Fails when a prefix matches no parameter.
+    pub fn new_subset(policy: &Policy, cfg: OptimConfig, prefixes: &[String]) -> Result<Self> {
+        let vars = policy.vars();
+        for p in prefixes {
+            if !vars.iter().any(|(name, _)| name.starts_with(p.as_str())) {
+                return Err(PolicyError::Config(format!(
+                    "trainable prefix {p:?} matches no parameter (names look like \"lm.head.weight\", \"vision.blocks.0.attn.q.weight\")"
+                )));
+            }
+        }
+        let slots = vars
             .iter()
+            .filter(|(name, _)| {
+                prefixes.is_empty() || prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            })
             .map(|(name, var)| {
                 Ok(Slot {
                     name: name.clone(),
@@ -195,8 +212,17 @@ impl PolicyOptimizer {
         Ok(StepStats { grad_norm, lr })
     }
 
-    /// The gradient of `loss` with respect to every parameter, flattened in
-    /// a fixed order (for diagnostics: nothing is updated).
+    /// Names and element counts of the trained parameters, in the order of
+    /// [`Self::gradient`].
+    pub fn layout(&self) -> Vec<(String, usize)> {
+        self.slots
+            .iter()
+            .map(|s| (s.name.clone(), s.var.elem_count()))
+            .collect()
+    }
+
+    /// The gradient of `loss` with respect to every trained parameter,
+    /// flattened in a fixed order (for diagnostics: nothing is updated).
     pub fn gradient(&self, loss: &Tensor) -> Result<Vec<f32>> {
         let grads = loss.backward()?;
         let mut out = Vec::new();

@@ -104,6 +104,11 @@ pub struct UpdateConfig {
     /// rollout's tokens share one unit of weight, as in the original GRPO's
     /// per-sequence mean).
     pub loss_norm: LossNorm,
+    /// Parameter-name prefixes the update trains (e.g. `["lm.head"]`, or
+    /// `["lm.blocks.2", "lm.final_norm", "lm.head"]`); the rest stay at the
+    /// start's values. Empty (the default) trains every parameter. Names are
+    /// those of model.safetensors (`vision.*`, `projector.*`, `lm.*`).
+    pub trainable: Vec<String>,
     pub loss: GrpoConfig,
     pub optim: OptimConfig,
 }
@@ -116,6 +121,7 @@ impl Default for UpdateConfig {
             skip_flat_groups: true,
             measure_grad_snr: false,
             loss_norm: LossNorm::Token,
+            trainable: Vec::new(),
             loss: GrpoConfig::default(),
             optim: OptimConfig {
                 lr: 5e-5,

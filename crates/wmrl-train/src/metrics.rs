@@ -1,6 +1,7 @@
 //! Append-only JSON-lines records of a run (metrics.jsonl, eval.jsonl,
 //! calibration.jsonl), truncatable to a checkpoint on resume.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -40,6 +41,10 @@ pub struct StepMetrics {
     /// step's gradient is noise (`update.measure_grad_snr`).
     #[serde(default)]
     pub grad_half_cosine: Option<f64>,
+    /// `grad_half_cosine` per part of the network (`vision`, `projector`,
+    /// `lm.embed`, `lm.blocks.N`, `lm.head`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grad_half_cosine_parts: BTreeMap<String, f64>,
     /// Cosine between the policy gradients of two halves of the groups
     /// (mostly different tasks): below 0 means the tasks' updates conflict.
     #[serde(default)]

@@ -2,6 +2,7 @@
 //! loop -> a clipped GRPO update, step after step, with metrics, periodic
 //! evaluation on held-out initial states, and resumable checkpoints.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -141,7 +142,8 @@ impl Trainer {
             metrics::truncate(&f, 0)?;
         }
         std::fs::write(files.config(), cfg.to_toml()).map_err(io_err(&files.config()))?;
-        let optimizer = PolicyOptimizer::new(&policy, cfg.update.optim.clone())?;
+        let optimizer =
+            PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
         let env = make_env(&cfg)?;
         Ok(Self {
@@ -176,7 +178,8 @@ impl Trainer {
         })?;
         let policy = Policy::load(&ck.join("policy"))?;
         let reference = load_policy(&cfg.policy)?;
-        let mut optimizer = PolicyOptimizer::new(&policy, cfg.update.optim.clone())?;
+        let mut optimizer =
+            PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
         optimizer.load(&ck.join("optimizer.safetensors"))?;
         metrics::truncate(&files.metrics(), state.metrics_len)?;
         metrics::truncate(&files.eval(), state.eval_len)?;
@@ -375,6 +378,7 @@ impl Trainer {
             }
         }
         let (mut grad_half_cosine, mut grad_cross_group_cosine) = (None, None);
+        let mut grad_half_cosine_parts = BTreeMap::new();
         let (mut loss, mut kl, mut clip, mut ent, mut gn, mut n_mb) =
             (0.0, 0.0, 0.0, 0.0, 0.0, 0usize);
         let n_samples = inputs.len();
@@ -389,10 +393,13 @@ impl Trainer {
             if self.cfg.update.measure_grad_snr {
                 // Same prompts, independent rollouts: signal-to-noise.
                 let within: Vec<bool> = sample_group.iter().map(|&(_, ri)| ri < g / 2).collect();
-                grad_half_cosine = self.grad_cosine(&batch, &within)?;
+                if let Some((c, parts)) = self.grad_cosine(&batch, &within)? {
+                    grad_half_cosine = Some(c);
+                    grad_half_cosine_parts = parts;
+                }
                 // Different groups (mostly different tasks): interference.
                 let across: Vec<bool> = sample_group.iter().map(|&(o, _)| o % 2 == 0).collect();
-                grad_cross_group_cosine = self.grad_cosine(&batch, &across)?;
+                grad_cross_group_cosine = self.grad_cosine(&batch, &across)?.map(|(c, _)| c);
             }
             let mb_size = match self.cfg.update.minibatch {
                 0 => n_samples,
@@ -447,6 +454,7 @@ impl Trainer {
             groups_skipped: outcome.stats.groups_skipped,
             flat_groups,
             grad_half_cosine,
+            grad_half_cosine_parts,
             grad_cross_group_cosine,
             adv_abs_mean: outcome.stats.adv_abs_mean,
             adv_abs_max: outcome.stats.adv_abs_max,
@@ -468,7 +476,11 @@ impl Trainer {
     /// Cosine between the policy gradients (before the update) of the
     /// samples with `side[i]` true and those with it false; `None` when a
     /// side is empty or its gradient is zero.
-    fn grad_cosine(&self, batch: &GrpoBatch, side: &[bool]) -> Result<Option<f64>> {
+    fn grad_cosine(
+        &self,
+        batch: &GrpoBatch,
+        side: &[bool],
+    ) -> Result<Option<(f64, BTreeMap<String, f64>)>> {
         // Each side's gradient is accumulated over minibatches (weighted by
         // their token counts, so it is the side's token-mean gradient up to
         // a scale the cosine ignores): one pass over a large step would not
@@ -505,10 +517,34 @@ impl Trainer {
             grads.push(acc);
         }
         let (a, b) = (&grads[0], &grads[1]);
-        let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-        let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
-        let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
-        Ok((na > 0.0 && nb > 0.0).then(|| dot / (na * nb)))
+        let cosine = |lo: usize, hi: usize| -> Option<f64> {
+            let (a, b) = (&a[lo..hi], &b[lo..hi]);
+            let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
+            let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
+            (na > 0.0 && nb > 0.0).then(|| dot / (na * nb))
+        };
+        // Per part of the network: does any part carry a signal the whole
+        // gradient's noise hides? The layout is in name order, so a part's
+        // parameters need not be contiguous: gather them.
+        let mut parts: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        let mut off = 0;
+        for (name, n) in self.optimizer.layout() {
+            let e = parts.entry(network_part(&name).to_string()).or_default();
+            e.0.extend_from_slice(&a[off..off + n]);
+            e.1.extend_from_slice(&b[off..off + n]);
+            off += n;
+        }
+        let by_part = parts
+            .into_iter()
+            .filter_map(|(k, (pa, pb))| {
+                let dot: f64 = pa.iter().zip(&pb).map(|(x, y)| x * y).sum();
+                let na: f64 = pa.iter().map(|x| x * x).sum::<f64>().sqrt();
+                let nb: f64 = pb.iter().map(|x| x * x).sum::<f64>().sqrt();
+                (na > 0.0 && nb > 0.0).then(|| (k, dot / (na * nb)))
+            })
+            .collect();
+        Ok(cosine(0, a.len()).map(|c| (c, by_part)))
     }
 
     /// Evaluate the current policy on a split, record it, and return it.
@@ -726,4 +762,25 @@ impl Scorers for RolloutScorers<'_> {
             })
             .collect())
     }
+}
+
+/// The part of the network a parameter belongs to, for the per-part
+/// gradient diagnostics: `vision`, `projector`, `lm.blocks.N`, `lm.head`
+/// (with the final norm), or `lm.embed` (text, proprio, action queries,
+/// positions).
+fn network_part(name: &str) -> &str {
+    if let Some(rest) = name.strip_prefix("lm.blocks.") {
+        let n = rest.find('.').unwrap_or(rest.len());
+        return &name[..("lm.blocks.".len() + n)];
+    }
+    if name.starts_with("lm.head") || name.starts_with("lm.final_norm") {
+        return "lm.head";
+    }
+    if name.starts_with("vision.") {
+        return "vision";
+    }
+    if name.starts_with("projector.") {
+        return "projector";
+    }
+    "lm.embed"
 }

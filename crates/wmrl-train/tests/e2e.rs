@@ -210,3 +210,56 @@ fn missing_inputs_name_the_path() {
     let err = Trainer::create(cfg, &tmp.path().join("run")).expect_err("missing policy");
     assert!(err.to_string().contains("nope"), "{err}");
 }
+
+#[test]
+fn trainable_prefixes_freeze_the_rest_and_parts_are_diagnosed() {
+    if !runtime_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (policy, wm) = fixtures(tmp.path());
+    let start = Policy::load(&policy).expect("start");
+
+    let mut bad = config(Arm::DenseRaw, &policy, &wm, 1);
+    bad.update.trainable = vec!["lm.nothing".into()];
+    let Err(err) = Trainer::create(bad, &tmp.path().join("bad")) else {
+        panic!("a prefix that matches nothing is rejected");
+    };
+    assert!(err.to_string().contains("lm.nothing"), "{err}");
+
+    // The untrained world model's scores differ within a group, so the
+    // dense arm's advantages are not flat and the update moves something.
+    let dir = tmp.path().join("head");
+    let mut c = config(Arm::DenseRaw, &policy, &wm, 1);
+    c.update.trainable = vec!["lm.head".into()];
+    c.update.measure_grad_snr = true;
+    c.update.optim.lr = 1e-2;
+    let mut t = Trainer::create(c, &dir).expect("create");
+    t.run(|_| {}).expect("run");
+    let ms: Vec<StepMetrics> = read_all(&dir.join("metrics.jsonl")).expect("metrics");
+    assert!(ms[0].samples_updated > 0);
+    let parts: Vec<&str> = ms[0]
+        .grad_half_cosine_parts
+        .keys()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(parts, vec!["lm.head"], "only trained parts are diagnosed");
+    let after = Policy::load(&dir.join("checkpoint/policy")).expect("after");
+    let mut moved = Vec::new();
+    for (name, var) in start.vars() {
+        let b = &after.vars()[name];
+        let d = (var.as_tensor() - b.as_tensor())
+            .and_then(|d| d.abs())
+            .and_then(|d| d.max_all())
+            .and_then(|d| d.to_scalar::<f32>())
+            .expect("diff");
+        if d > 0.0 {
+            moved.push(name.clone());
+        }
+    }
+    assert!(!moved.is_empty(), "the head was trained");
+    assert!(
+        moved.iter().all(|n| n.starts_with("lm.head")),
+        "frozen parameters moved: {moved:?}"
+    );
+}

@@ -172,6 +172,16 @@ struct Running {
 
 /// Run every (task, init state) episode of `cfg` and report success.
 pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Result<EvalReport> {
+    evaluate_with_progress(policy, env, cfg, None)
+}
+
+/// [`evaluate`], counting finished episodes on `progress`.
+pub fn evaluate_with_progress(
+    policy: &Policy,
+    env: &mut dyn VecEnv,
+    cfg: &EvalConfig,
+    progress: Option<&crate::Progress>,
+) -> Result<EvalReport> {
     let t0 = Instant::now();
     let spec = env.spec().clone();
     let tasks: Vec<usize> = if cfg.tasks.is_empty() {
@@ -325,6 +335,9 @@ pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Resu
                         gifs.push(path);
                     }
                     slots[s] = None;
+                    if let Some(p) = progress {
+                        p.inc(1);
+                    }
                 } else {
                     still.push((s, k));
                 }

@@ -28,6 +28,7 @@ mod model;
 mod optim;
 mod params;
 mod policy;
+pub mod progress;
 mod runconfig;
 mod sft;
 
@@ -41,13 +42,14 @@ pub use checkpoint::{CONFIG_FILE, WEIGHTS_FILE, read_tensors};
 pub use config::{ACTION_DIM, Decoding, PolicyConfig};
 pub use error::{PolicyError, Result};
 pub use eval::{
-    EpisodeResult, EvalConfig, EvalReport, RateSummary, TaskResult, evaluate, wilson_interval,
-    write_gif,
+    EpisodeResult, EvalConfig, EvalReport, RateSummary, TaskResult, evaluate,
+    evaluate_with_progress, wilson_interval, write_gif,
 };
 pub use grpo::{GrpoBatch, GrpoConfig, GrpoStats, grpo_loss, nll_loss};
 pub use input::{PolicyInput, normalize_proprio, resize_frame};
 pub use model::PreparedInputs;
 pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
 pub use policy::{Policy, Sample, TokenStats};
+pub use progress::Progress;
 pub use runconfig::{RunConfig, apply_overrides};
 pub use sft::{PROPRIO_STD_FLOOR, SftConfig, SftDataset, SftReport, can_resume, train_sft};

@@ -2,7 +2,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command};
 
 use anyhow::Context;
-use indicatif::ProgressBar;
+use wmrl_policy::Progress;
 use wmrl_train::bench::{BenchArm, parse_arms, run_dir, start_dir, write_report};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -148,8 +148,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !start_dir(&args.out).join("summary.json").exists() {
         todo.push((None, 0));
     }
-    for arm in &arms {
-        for &s in &seeds {
+    // Seed-major: an interrupted bench has every arm of its first seeds
+    // finished (paired comparisons), not every seed of its first arms.
+    for &s in &seeds {
+        for arm in &arms {
             if !run_dir(&args.out, &arm.name, s)
                 .join("summary.json")
                 .exists()
@@ -158,8 +160,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    let bar = ProgressBar::new(todo.len() as u64);
-    bar.set_message("runs");
+    let bar = Progress::new("bench", todo.len() as u64, "runs", true);
     let mut running: Vec<(Option<&BenchArm>, u64, Child)> = Vec::new();
     let mut failed = Vec::new();
     let mut queue = todo.into_iter();

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
+use wmrl_policy::Progress;
 use wmrl_sim::{SimConfig, TabletopEnv, record_dart_episode, record_expert_episode};
 
 #[derive(Debug, clap::Args)]
@@ -126,13 +126,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .clamp(1, jobs.len().max(1));
-    let bar = ProgressBar::new(jobs.len() as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} episodes [{elapsed_precise}<{eta_precise}] {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = Progress::new("demos", jobs.len() as u64, "episodes", true);
     let next = AtomicUsize::new(0);
     // Per task: (episodes, successes, steps, bytes).
     let stats = Mutex::new(vec![(0usize, 0usize, 0usize, 0u64); 10]);

@@ -76,7 +76,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         n_gifs: args.gifs,
         ..EvalConfig::default()
     };
-    let report = wmrl_policy::evaluate(&policy, env.as_mut(), &cfg)?;
+    let eval_tasks = if cfg.tasks.is_empty() {
+        n_tasks
+    } else {
+        cfg.tasks.len()
+    };
+    let n_episodes = eval_tasks * cfg.init_states.len() * cfg.repeats.max(1);
+    let bar = wmrl_policy::Progress::new("eval", n_episodes as u64, "episodes", true);
+    let report = wmrl_policy::evaluate_with_progress(&policy, env.as_mut(), &cfg, Some(&bar))?;
+    bar.finish();
     env.close()?;
     std::fs::create_dir_all(&out)?;
     report.write_json(&out.join("eval.json"))?;

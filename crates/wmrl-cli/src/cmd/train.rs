@@ -1,8 +1,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
 use wmrl_core::Arm;
+use wmrl_policy::Progress;
 use wmrl_train::{RunSummary, TrainConfig, Trainer};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -90,16 +90,13 @@ pub fn train(args: &Args) -> anyhow::Result<RunSummary> {
         }
     };
     let total = trainer.config().steps as u64;
-    let bar = if args.quiet {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(total)
-    };
-    bar.set_style(
-        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} steps {msg} ({elapsed})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    // Quiet (a bench's child run): one log line per step instead.
+    let bar = Progress::new(
+        &format!("train {}", trainer.config().arm.name()),
+        total,
+        "steps",
+        !args.quiet,
     );
-    bar.set_prefix(format!("train {}", trainer.config().arm.name()));
     bar.set_position(trainer.steps_done() as u64);
     let summary = trainer.run(|m| {
         bar.set_position(m.step as u64 + 1);

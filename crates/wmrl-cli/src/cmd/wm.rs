@@ -152,11 +152,12 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     );
     let (tr, va) = train::split(eps, cfg.val_fraction, cfg.seed);
     let t1 = Instant::now();
+    let bar = wmrl_policy::Progress::new("world model", cfg.steps as u64, "steps", true);
     let trained = train::train(&tr, &va, &cfg, &mut |step, loss| {
-        if step % 100 == 0 {
-            tracing::info!(step, loss, "train");
-        }
+        bar.set_position(step as u64);
+        bar.set_message(format!("loss {loss:.4}"));
     })?;
+    bar.finish();
     let split = SplitRecord {
         train: tr.iter().map(|e| file_name(&e.path)).collect(),
         validation: va.iter().map(|e| file_name(&e.path)).collect(),

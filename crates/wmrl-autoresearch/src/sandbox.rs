@@ -4,14 +4,22 @@
 //!
 //! Isolation backends, best first ([`Isolation::Auto`] picks the first that
 //! works on this machine, probed once):
-//! - `Bwrap`: bubblewrap with new network, pid, ipc and uts namespaces, the
-//!   host file system read-only, a private `/tmp`, and only the working
-//!   directory writable.
+//! - `Bwrap`: bubblewrap with new network, pid, ipc and uts namespaces and a
+//!   file system of its own: the system directories Python needs read-only,
+//!   the interpreter's environment read-only, a private `/tmp`, and the
+//!   working directory (with its copy of the public files) writable. The
+//!   repository, the suite's private answers and the user's home do not
+//!   exist inside.
 //! - `UnshareNet`: `unshare -r -n` (util-linux): a new network namespace only;
-//!   writes outside the working directory are stopped by file permissions
-//!   alone.
+//!   the host's files stay visible.
 //! - `RlimitsOnly`: rlimits and the uid drop, no namespaces: the solution
 //!   can reach the network. Used only where the kernel allows neither.
+//!
+//! Only `Bwrap` keeps the answers private, so by default
+//! (`require_private_fs`) a sandbox that resolves to another backend refuses
+//! to start; set it to false to run anyway on such a machine, knowing that
+//! a solution can then read any file the host user can (and score by copying
+//! the answer key).
 //!
 //! When the host runs as root the child drops to a per-run unprivileged uid
 //! (`uid_base + k`) before exec, so `RLIMIT_NPROC` binds (the kernel exempts
@@ -87,6 +95,10 @@ pub struct SandboxConfig {
     pub uid_base: u32,
     /// Where working directories are created (default: the system temp dir).
     pub work_root: Option<PathBuf>,
+    /// Refuse to start unless the backend gives the solution a file system
+    /// of its own (`Bwrap`): other backends leave the suite's answers
+    /// readable. Default true.
+    pub require_private_fs: bool,
 }
 
 /// The repository root as seen from this crate's sources.
@@ -120,6 +132,7 @@ impl Default for SandboxConfig {
             isolation: Isolation::Auto,
             uid_base: 100_000,
             work_root: None,
+            require_private_fs: true,
         }
     }
 }
@@ -248,15 +261,68 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// `python` is the interpreter the run uses: when it lives in a virtual
-/// environment under `/tmp` (a checkout there), the private `/tmp` would hide
-/// it, so its environment directory is bound back read-only.
+/// The directories the interpreter needs outside the system ones: the
+/// virtual environment `python` lives in (its `bin/`'s parent, holding
+/// `pyvenv.cfg` and site-packages) and, when the interpreter it links to is
+/// not under `/usr`, that installation's prefix too.
+fn python_roots(python: &Path) -> Vec<PathBuf> {
+    let resolved = if python.is_absolute() {
+        Some(python.to_path_buf())
+    } else {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(python))
+                .find(|p| p.is_file())
+        })
+    };
+    let Some(python) = resolved else {
+        return Vec::new();
+    };
+    let mut roots = Vec::new();
+    let prefix = |p: &Path| p.parent().and_then(Path::parent).map(Path::to_path_buf);
+    for p in [Some(python.clone()), std::fs::canonicalize(&python).ok()]
+        .into_iter()
+        .flatten()
+    {
+        if let Some(r) = prefix(&p)
+            && r.is_dir()
+            && !r.starts_with("/usr")
+            && r != Path::new("/")
+            && !roots.contains(&r)
+        {
+            roots.push(r);
+        }
+    }
+    roots
+}
+
+/// bubblewrap's view of the file system: the system directories a Python
+/// interpreter needs (`/usr`, `/etc`, the merged-usr links) read-only, the
+/// interpreter's own environment read-only ([`python_roots`]), a private
+/// `/tmp` and `/dev`, a `/proc` of the run's own pid namespace, and the
+/// working directory (which holds a copy of the competition's public files)
+/// writable. Nothing else of the host exists inside: not the repository, the
+/// suite's `private/` answers, `/root` or `/home`.
 fn bwrap_args(workdir: &Path, python: &Path) -> Vec<String> {
     let wd = workdir.display().to_string();
-    let mut a: Vec<String> = [
-        "--ro-bind",
-        "/",
-        "/",
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+    push(&["--ro-bind", "/usr", "/usr"]);
+    for dir in [
+        "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc",
+    ] {
+        let path = Path::new(dir);
+        match std::fs::read_link(path) {
+            // Merged /usr: `/bin -> usr/bin` and the like stay links.
+            Ok(target) => {
+                let t = target.display().to_string();
+                push(&["--symlink", &t, dir]);
+            }
+            Err(_) if path.is_dir() => push(&["--ro-bind", dir, dir]),
+            Err(_) => {}
+        }
+    }
+    push(&[
         "--dev",
         "/dev",
         "--proc",
@@ -269,16 +335,9 @@ fn bwrap_args(workdir: &Path, python: &Path) -> Vec<String> {
         "--unshare-uts",
         "--die-with-parent",
         "--new-session",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    if let Some(env_root) = python
-        .parent()
-        .and_then(Path::parent)
-        .filter(|r| python.is_absolute() && r.starts_with("/tmp") && r.is_dir())
-    {
-        let r = env_root.display().to_string();
+    ]);
+    for r in python_roots(python) {
+        let r = r.display().to_string();
         a.extend(["--ro-bind".into(), r.clone(), r]);
     }
     a.extend([
@@ -510,6 +569,11 @@ impl Sandbox {
             }
             other => other,
         };
+        if cfg.require_private_fs && backend != Isolation::Bwrap {
+            return Err(Error::Sandbox(format!(
+                "the sandbox backend here is {backend:?}, which leaves the host's files (and the competitions' private answers) readable to solutions; install bubblewrap (scripts/setup does: apt-get install bubblewrap) or set require_private_fs = false to run without that guarantee"
+            )));
+        }
         Ok(Self {
             cfg,
             backend,

@@ -1,0 +1,176 @@
+//! The answers stay private: a solution that tries to read (or overwrite)
+//! the competition's answer key by every route we know gets nothing, scores
+//! no more than a runtime error, and leaves the key unchanged. Needs the
+//! repository venv and bubblewrap (scripts/setup).
+#![allow(clippy::unwrap_used)]
+
+use sha2::{Digest, Sha256};
+use wmrl_autoresearch::{Competition, Isolation, Ladder, Rung, Sandbox, SandboxConfig, grade};
+
+fn digest(path: &std::path::Path) -> Vec<u8> {
+    Sha256::digest(std::fs::read(path).unwrap()).to_vec()
+}
+
+/// Tries each route in turn; a route that yields the key copies it into
+/// submission.csv and prints `LEAKED <route>`; each route also tries to
+/// overwrite the key.
+const ATTACK: &str = r#"
+import os, glob, shutil
+ANSWER = __ANSWER__
+SUITE = __SUITE__
+leaked = []
+
+def take(route, path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except Exception as e:
+        print(f"blocked {route}: {type(e).__name__}")
+        return
+    if "id" in text or "," in text:
+        with open("submission.csv", "w") as out:
+            out.write(text)
+        leaked.append(route)
+        print(f"LEAKED {route}")
+
+def clobber(path):
+    try:
+        with open(path, "w") as f:
+            f.write("id,target\n")
+        print(f"CLOBBERED {path}")
+    except Exception:
+        pass
+
+# 1. the absolute path
+take("absolute", ANSWER)
+clobber(ANSWER)
+# 2. relative paths from the working directory
+take("relative", os.path.relpath(ANSWER, os.getcwd()))
+take("dotdot", "../" * 12 + ANSWER.lstrip("/"))
+# 3. a symlink made inside the working directory
+try:
+    os.symlink(ANSWER, "link.csv")
+    take("symlink", "link.csv")
+except Exception as e:
+    print(f"blocked symlink: {type(e).__name__}")
+# 4. /proc: every visible process's root and cwd
+for pid in os.listdir("/proc"):
+    if pid.isdigit() or pid == "self":
+        take(f"proc-root-{pid}", f"/proc/{pid}/root{ANSWER}")
+        take(f"proc-cwd-{pid}", f"/proc/{pid}/cwd/../private/test_answer.csv")
+        clobber(f"/proc/{pid}/root{ANSWER}")
+# 5. environment variables that name host paths
+for k, v in os.environ.items():
+    print(f"ENV {k}={v}")
+    for cand in (v, os.path.join(v, "private", "test_answer.csv")):
+        if os.path.isfile(cand) and cand.endswith(".csv") and "private" in cand:
+            take(f"env-{k}", cand)
+# 6. the suite's location, and a search of the file system
+for p in glob.glob(os.path.join(SUITE, "*", "private", "*.csv")):
+    take("suite-glob", p)
+for top in ("/", "/root", "/home", "/work", "/tmp", "/opt", "/srv", "/mnt"):
+    if not os.path.isdir(top):
+        continue
+    for dirpath, dirnames, files in os.walk(top):
+        dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in ("/usr", "/proc", "/sys", "/dev")]
+        if "test_answer.csv" in files:
+            take(f"walk-{dirpath}", os.path.join(dirpath, "test_answer.csv"))
+print("DONE", len(leaked))
+"#;
+
+#[test]
+fn no_route_reaches_the_answer_key() {
+    let sb = Sandbox::new(SandboxConfig {
+        wall_secs: 60.0,
+        cpu_secs: 30,
+        ..Default::default()
+    })
+    .expect("a sandbox with a private file system (bubblewrap; scripts/setup installs it)");
+    assert_eq!(sb.backend(), Isolation::Bwrap);
+    let suite = wmrl_autoresearch::competition::default_suite_dir()
+        .canonicalize()
+        .unwrap();
+    let comp = Competition::load(&suite.join("iris")).unwrap();
+    let answer = comp.answer_path().canonicalize().unwrap();
+    let before = digest(&answer);
+    let code = ATTACK
+        .replace("__ANSWER__", &format!("{:?}", answer.display().to_string()))
+        .replace("__SUITE__", &format!("{:?}", suite.display().to_string()));
+    let run = sb.run(&code, &comp.public_dir()).unwrap();
+    let r = &run.report;
+    assert!(r.stdout.contains("DONE 0"), "attack did not finish: {r:?}");
+    assert!(!r.stdout.contains("LEAKED"), "{}", r.stdout);
+    assert!(!r.stdout.contains("CLOBBERED"), "{}", r.stdout);
+    let repo = wmrl_autoresearch::sandbox::repo_root()
+        .canonicalize()
+        .unwrap();
+    // The solution sees only the sandbox's own variables, none naming a
+    // host path.
+    let allowed = [
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "PYTHONHASHSEED",
+        "MPLBACKEND",
+        "LC_CTYPE",
+        "PWD",
+    ];
+    for l in r.stdout.lines().filter(|l| l.starts_with("ENV ")) {
+        let key = l["ENV ".len()..].split('=').next().unwrap_or("");
+        assert!(
+            allowed.contains(&key),
+            "unexpected variable in the sandbox: {l}"
+        );
+        assert!(
+            !l.contains(&repo.display().to_string()[..]) && !l.contains("mledojo"),
+            "an environment variable names a host path: {l}"
+        );
+    }
+    for route in [
+        "absolute",
+        "relative",
+        "dotdot",
+        "symlink",
+        "proc-root-self",
+    ] {
+        assert!(
+            r.stdout.contains(&format!("blocked {route}")),
+            "route {route} not tried: {}",
+            r.stdout
+        );
+    }
+    let g = grade(
+        &comp,
+        &Ladder::default(),
+        r.syntax_error,
+        r.runtime_error(),
+        &run.submission_path(),
+    )
+    .unwrap();
+    assert!(g.reward <= 0.2, "the attack scored {g:?}");
+    assert_ne!(g.rung, Rung::Valid);
+    assert_eq!(digest(&answer), before, "the answer file changed");
+}
+
+#[test]
+fn a_sandbox_without_a_private_file_system_refuses_by_default() {
+    for iso in [Isolation::UnshareNet, Isolation::RlimitsOnly] {
+        let err = Sandbox::new(SandboxConfig {
+            isolation: iso,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("bubblewrap"), "{err}");
+        assert!(
+            Sandbox::new(SandboxConfig {
+                isolation: iso,
+                require_private_fs: false,
+                ..Default::default()
+            })
+            .is_ok()
+        );
+    }
+}

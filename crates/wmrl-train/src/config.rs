@@ -233,6 +233,51 @@ impl Default for TrainConfig {
 }
 
 /// Set `a.b.c=value` in a parsed TOML document, creating tables on the way.
+/// Read a config file as a TOML table, resolving `extends = "other.toml"`
+/// (a path relative to the file): the parent is read first (itself possibly
+/// extending another) and this file's keys are merged over it, tables key by
+/// key, other values replaced. A cycle is an error naming the chain.
+pub fn read_config_doc(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table> {
+    let origin = path.display().to_string();
+    let err = |message: String| TrainError::Config {
+        path: origin.clone(),
+        message,
+    };
+    let canon = path.canonicalize().map_err(|e| err(e.to_string()))?;
+    if chain.contains(&canon) {
+        let names: Vec<String> = chain
+            .iter()
+            .chain(std::iter::once(&canon))
+            .map(|p| p.display().to_string())
+            .collect();
+        return Err(err(format!("`extends` cycle: {}", names.join(" -> "))));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let Some(parent) = doc.remove("extends") else {
+        return Ok(doc);
+    };
+    let parent = parent
+        .as_str()
+        .ok_or_else(|| err("`extends` must be a file name (a string)".into()))?;
+    let parent_path = path.parent().unwrap_or(Path::new(".")).join(parent);
+    chain.push(canon);
+    let mut base = read_config_doc(&parent_path, chain)?;
+    merge_tables(&mut base, doc);
+    Ok(base)
+}
+
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
 pub fn apply_override(doc: &mut toml::Table, o: &str) -> Result<()> {
     let (key, raw) = o
         .split_once('=')
@@ -287,17 +332,7 @@ impl TrainConfig {
     /// validate once.
     pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| TrainError::Config {
-            path: origin.clone(),
-            message: e.to_string(),
-        })?;
-        if overrides.is_empty() {
-            return Self::from_toml(&text, &origin);
-        }
-        let mut doc: toml::Table = toml::from_str(&text).map_err(|e| TrainError::Config {
-            path: origin.clone(),
-            message: e.to_string(),
-        })?;
+        let mut doc = read_config_doc(path, &mut Vec::new())?;
         for o in overrides {
             apply_override(&mut doc, o)?;
         }
@@ -305,10 +340,12 @@ impl TrainConfig {
             path: origin.clone(),
             message: e.to_string(),
         })?;
-        Self::from_toml(
-            &text,
-            &format!("{origin} with --set {}", overrides.join(" ")),
-        )
+        let origin = if overrides.is_empty() {
+            origin
+        } else {
+            format!("{origin} with --set {}", overrides.join(" "))
+        };
+        Self::from_toml(&text, &origin)
     }
 
     pub fn to_toml(&self) -> String {

@@ -16,3 +16,37 @@ fn shipped_configs_are_valid() {
         assert!(cfg.steps > 0, "{name}");
     }
 }
+
+#[test]
+fn extends_merges_over_the_parent_and_rejects_cycles() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let base = TrainConfig::load(&dir.join("bench_sim.toml")).expect("base");
+    let free = TrainConfig::load(&dir.join("bench_sim_free.toml")).expect("free");
+    // The child's keys win, section by section; the rest is the parent's.
+    assert_eq!(free.wmrl.anchors.fraction, 1.0);
+    assert!(free.wmrl.dense_fallback_on_flat_anchors);
+    assert_eq!(free.steps, base.steps);
+    assert_eq!(free.rollout, base.rollout);
+    assert_eq!(free.update, base.update);
+    assert_eq!(free.wmrl.calibration, base.wmrl.calibration);
+
+    let tmp = tempfile::tempdir().expect("tmp");
+    std::fs::write(
+        tmp.path().join("a.toml"),
+        "extends = \"b.toml\"\nsteps = 3\n",
+    )
+    .expect("a");
+    std::fs::write(tmp.path().join("b.toml"), "extends = \"a.toml\"\n").expect("b");
+    let err = TrainConfig::load(&tmp.path().join("a.toml")).expect_err("cycle");
+    assert!(err.to_string().contains("cycle"), "{err}");
+    std::fs::write(tmp.path().join("c.toml"), "extends = \"missing.toml\"\n").expect("c");
+    let err = TrainConfig::load(&tmp.path().join("c.toml")).expect_err("missing parent");
+    assert!(err.to_string().contains("missing.toml"), "{err}");
+    // Overrides apply after the merge.
+    let c = TrainConfig::load_with(
+        &dir.join("bench_sim_free.toml"),
+        &["wmrl.anchors.fraction=0.5".into()],
+    )
+    .expect("override");
+    assert_eq!(c.wmrl.anchors.fraction, 0.5);
+}

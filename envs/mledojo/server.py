@@ -8,10 +8,26 @@ whose part 0 is a msgpack map
 
     request: {"v": 1, "id": <int>, "op": <str>, ...arguments}
     reply:   {"v": 1, "id": <same>, "ok": <bool>, "error": null | {"kind", "message"},
-              "result": <op-specific map>}
+              "result": <MLE-Dojo observation>}
 
 ops: hello, ping, request_info {info_type}, validate_code {code},
 execute_code {code}, get_history, reset {competition?}, close.
+
+Every action's result is MLE-Dojo's observation (mledojo/gym/env.py) with the
+reward and the action's own result merged in: action_status, feedback
+(feedback.base.feedback is the text an agent reads), reward,
+current_raw_score, current_position_score, best_raw_score,
+best_position_score, history_summary, and per action: request_info `data`
+(info_type "all" or one of overview, sample_submission, data_structure,
+data_path, output_path, name, metadata); validate_code `syntax`, `runtime`;
+execute_code `execution`, `submission` ({raw_score, position_score:
+{avg_score}} or null); get_history `data` (MLE-Dojo's history map). Rewards
+are MLE-Dojo's (the position score of a valid submission, else 0); wmrl's
+reward ladder, rung and CPU-seconds are under `wmrl`. Empty or missing code is
+rejected with a typed error, as MLE-Dojo raises one. data_path and
+output_path are real absolute directories: code may read the data there and
+write submission.csv there (the sandbox shows its own copy of the public
+files and its working directory at those paths).
 
 Code runs in wmrl's own sandbox and is graded by wmrl's own grader: the server
 calls `wmrl autoresearch run` (the Rust CLI), so limits, isolation and the
@@ -20,6 +36,7 @@ one of wmrl's (envs/mledojo/competitions/<name>) or an MLE-Dojo competition
 with a meta.json added (see docs/autoresearch.md).
 
 Usage: server.py --competition iris [--suite DIR] [--endpoint tcp://127.0.0.1:5599] [--wmrl PATH]
+                 [--output-dir DIR]
 """
 
 from __future__ import annotations
@@ -38,7 +55,8 @@ import zmq
 PROTOCOL_VERSION = 1
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-INFO_TYPES = ("overview", "sample_submission", "data_structure", "data_path", "output_path", "metric", "leaderboard_size")
+# MLE-Dojo's info providers (mledojo/gym/interface.py); "all" returns every one.
+INFO_TYPES = ("overview", "sample_submission", "data_structure", "data_path", "output_path", "name", "metadata")
 
 
 class DojoError(Exception):
@@ -55,11 +73,28 @@ def find_wmrl(explicit):
     raise SystemExit("no wmrl binary: build it (cargo build -p wmrl-cli) or pass --wmrl")
 
 
-class Session:
-    """One competition, its action history, and the best score so far."""
+def tree(root, prefix=""):
+    lines = []
+    for name in sorted(os.listdir(root)):
+        path = os.path.join(root, name)
+        if os.path.isdir(path):
+            lines.append(f"{prefix}{name}/")
+            lines.extend(tree(path, prefix + "    "))
+        else:
+            lines.append(f"{prefix}{name} ({os.path.getsize(path)} bytes)")
+    return lines
 
-    def __init__(self, suite, competition, wmrl):
-        self.suite, self.wmrl = suite, wmrl
+
+def feedback(text, ok=True):
+    """MLE-Dojo's feedback map: the text an agent reads is feedback.base.feedback."""
+    return {"base": {"feedback_status": "SUCCESS" if ok else "FAILED", "feedback": text}}
+
+
+class Session:
+    """One competition, its MLE-Dojo-shaped history, and the current and best scores."""
+
+    def __init__(self, suite, competition, wmrl, output_root):
+        self.suite, self.wmrl, self.output_root = suite, wmrl, output_root
         self.load(competition)
 
     def load(self, competition):
@@ -69,38 +104,60 @@ class Session:
         with open(os.path.join(d, "meta.json")) as f:
             self.meta = json.load(f)
         self.competition, self.dir = competition, d
-        self.history, self.best = [], None
+        self.public = os.path.realpath(os.path.join(d, "data", "public"))
+        self.output = os.path.realpath(os.path.join(self.output_root, competition))
+        os.makedirs(self.output, exist_ok=True)
+        self.current_raw = self.current_pos = self.best_raw = self.best_pos = None
+        self.history = {"competition": competition, "actions": [], "total_reward": 0.0, "best_code": None,
+                        "best_raw_score": None, "best_position_score": None, "step_count": 0,
+                        "created_at": time.time()}
+        self.n_exec = self.n_valid = 0
+
+    # -- request_info -------------------------------------------------------
+    def info(self, kind):
+        if kind == "overview":
+            with open(os.path.join(self.public, "description.txt")) as f:
+                return f.read()
+        if kind == "sample_submission":
+            # pandas' head(3).to_dict(): {column: {row: value}}, row keys as
+            # strings (msgpack clients reject integer map keys by default).
+            with open(os.path.join(self.public, "sample_submission.csv")) as f:
+                rows = [line.rstrip("\n").split(",") for line in f.readlines()[:4]]
+            head, body = rows[0], rows[1:]
+            return {c: {str(i): r[j] for i, r in enumerate(body)} for j, c in enumerate(head)}
+        if kind == "data_structure":
+            return "\n".join(tree(self.public))
+        if kind == "data_path":
+            return self.public
+        if kind == "output_path":
+            return self.output
+        if kind == "name":
+            return self.competition
+        if kind == "metadata":
+            return {"category": "tabular", "level": self.meta.get("split"), "output_type": "submission.csv",
+                    "higher_is_better": self.meta.get("higher_is_better"), "metric": self.meta["metric"],
+                    "task": self.meta["task"]}
+        raise DojoError("bad_request", f"unknown info_type {kind!r}: one of all, {', '.join(INFO_TYPES)}")
 
     def request_info(self, info_type):
-        pub = os.path.join(self.dir, "public")
-        if info_type == "overview":
-            with open(os.path.join(pub, "description.txt")) as f:
-                out = f.read()
-        elif info_type == "sample_submission":
-            with open(os.path.join(pub, "sample_submission.csv")) as f:
-                out = "".join(f.readlines()[:6])
-        elif info_type == "data_structure":
-            out = {name: os.path.getsize(os.path.join(pub, name)) for name in sorted(os.listdir(pub))}
-        elif info_type == "data_path":
-            out = "./public/ (a private copy in the sandbox's working directory)"
-        elif info_type == "output_path":
-            out = "./submission.csv"
-        elif info_type == "metric":
-            out = {"metric": self.meta["metric"], "higher_is_better": self.meta.get("higher_is_better")}
-        elif info_type == "leaderboard_size":
-            with open(os.path.join(self.dir, "private", "public_leaderboard.csv")) as f:
-                out = sum(1 for _ in f) - 1
-        else:
-            raise DojoError("bad_request", f"info_type must be one of {INFO_TYPES}")
-        return {"info_type": info_type, "info": out}
+        kinds = INFO_TYPES if info_type == "all" else (info_type,)
+        data = {k: self.info(k) for k in kinds}
+        return {"status": "SUCCESS", "data": data}, f"=== Competition Info ===\n Your requested information: {data}", 0.0
 
-    def _run(self, code):
+    # -- code -----------------------------------------------------------------
+    def _run(self, code, archive):
+        if not isinstance(code, str) or not code.strip():
+            raise DojoError("bad_request", f"Code parameter is required for '{archive}' action")
+        n = self.n_exec = self.n_exec + 1
+        with open(os.path.join(self.output, f"{archive}_{n}.py"), "w") as f:
+            f.write(code)
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(code)
             path = f.name
         try:
             p = subprocess.run([self.wmrl, "autoresearch", "run", "--suite", self.suite,
-                                "--competition", self.competition, "--solution", path],
+                                "--competition", self.competition, "--solution", path,
+                                "--data-path", self.public, "--output-path", self.output],
                                capture_output=True, text=True, timeout=600)
         finally:
             os.unlink(path)
@@ -108,27 +165,74 @@ class Session:
             raise DojoError("internal", p.stderr[-2000:])
         return json.loads(p.stdout)
 
-    def validate_code(self, code):
-        o = self._run(code)
+    @staticmethod
+    def _runtime(o):
         g = o["grade"]
-        res = {"status": "SUCCESS" if g["rung"] == "valid" else "FAILED", "rung": g["rung"],
-               "reason": g["reason"], "stderr_tail": o["stderr_tail"], "cpu_secs": o["cpu_secs"]}
-        self.history.append({"action": "validate_code", "time": time.time(), "result": res})
-        return res
+        failed = g["rung"] in ("syntax_error", "runtime_error")
+        return {"status": "FAILED" if failed else "SUCCESS", "output": o.get("stdout_tail", ""),
+                "error": (g["reason"] or "") + ("\n" + o["stderr_tail"] if o["stderr_tail"] else "") if failed else "",
+                "execution_time": f"{o['wall_secs']:.2f}s"}
+
+    @staticmethod
+    def _wmrl(o):
+        g = o["grade"]
+        return {"rung": g["rung"], "reason": g["reason"], "reward": g["reward"], "cpu_secs": o["cpu_secs"],
+                "wall_secs": o["wall_secs"]}
+
+    def validate_code(self, code):
+        o = self._run(code, "validation")
+        g = o["grade"]
+        syntax = {"status": "FAILED" if g["rung"] == "syntax_error" else "SUCCESS",
+                  "error": g["reason"] if g["rung"] == "syntax_error" else ""}
+        runtime = self._runtime(o)
+        status = "SUCCESS" if syntax["status"] == "SUCCESS" and runtime["status"] == "SUCCESS" else "FAILED"
+        res = {"status": status, "syntax": syntax, "runtime": runtime, "wmrl": self._wmrl(o)}
+        text = f"Validation {status.lower()}: syntax {syntax['status']}, runtime {runtime['status']}" + (
+            f"\n{runtime['error']}" if runtime["error"] else "")
+        return res, text, 0.0
 
     def execute_code(self, code):
-        o = self._run(code)
+        o = self._run(code, "execution")
         g = o["grade"]
-        res = {"status": "SUCCESS" if g["rung"] == "valid" else "FAILED", "rung": g["rung"], "reason": g["reason"],
-               "score": g["metric"], "position_score": g["position_score"], "reward": g["reward"],
-               "stderr_tail": o["stderr_tail"], "cpu_secs": o["cpu_secs"], "wall_secs": o["wall_secs"]}
-        if g["position_score"] is not None and (self.best is None or g["reward"] > self.best["reward"]):
-            self.best = res
-        self.history.append({"action": "execute_code", "time": time.time(), "result": res})
-        return res
+        execution = self._runtime(o)
+        if g["rung"] == "valid":
+            submission = {"status": "SUCCESS", "raw_score": g["metric"],
+                          "position_score": {"avg_score": g["position_score"]}}
+            reward = g["position_score"]
+            self.current_raw, self.current_pos = g["metric"], g["position_score"]
+            hib = self.meta.get("higher_is_better", True)
+            better = self.best_raw is None or (g["metric"] > self.best_raw if hib else g["metric"] < self.best_raw)
+            if better:
+                self.best_raw, self.best_pos = g["metric"], g["position_score"]
+                self.history.update(best_code=code, best_raw_score=self.best_raw, best_position_score=self.best_pos)
+            text = (f"Submission scored {g['metric']:.6g} ({self.meta['metric']}), "
+                    f"position score {g['position_score']:.4f}")
+        else:
+            submission = None if execution["status"] == "FAILED" else {
+                "status": "FAILED", "error_type": "InvalidSubmission", "error": g["reason"]}
+            reward = 0.0
+            text = f"Execution failed: {g['reason']}" + (f"\n{execution['error']}" if execution["error"] else "")
+        status = "SUCCESS" if submission and submission["status"] == "SUCCESS" else "FAILED"
+        return {"status": status, "execution": execution, "submission": submission, "wmrl": self._wmrl(o)}, text, reward
 
     def get_history(self):
-        return {"competition": self.competition, "history": self.history, "best": self.best}
+        return {"status": "SUCCESS", "data": self.history}, "History of this session", 0.0
+
+    # -- one MLE-Dojo step ------------------------------------------------------
+    def step(self, action, result, text, reward):
+        self.history["step_count"] += 1
+        self.history["total_reward"] += reward
+        fb = feedback(text, ok=result.get("status") == "SUCCESS")
+        if action not in ("get_history",):
+            self.history["actions"].append({"step": self.history["step_count"], "action": action,
+                                            "timestamp": time.time(), "result": result, "feedback": fb})
+        acts = self.history["actions"]
+        return {"action_status": result.get("status"), "feedback": fb, "reward": reward,
+                "current_raw_score": self.current_raw, "current_position_score": self.current_pos,
+                "best_raw_score": self.best_raw, "best_position_score": self.best_pos,
+                "history_summary": f"Total Actions: {len(acts)}, Last Action: {acts[-1]['action']}" if acts
+                else "No actions taken yet.",
+                **{k: v for k, v in result.items() if k != "status"}}
 
 
 def handle(session, head):
@@ -138,23 +242,19 @@ def handle(session, head):
     if op == "hello":
         return {"server": "wmrl-mledojo", "competition": session.competition, "ops": [
             "request_info", "validate_code", "execute_code", "get_history", "reset", "ping", "close"],
-                "info_types": list(INFO_TYPES)}
-    if op == "ping":
+                "info_types": ["all", *INFO_TYPES]}
+    if op in ("ping", "close"):
         return {}
     if op == "request_info":
-        return session.request_info(head.get("info_type", "overview"))
+        return session.step(op, *session.request_info(head.get("info_type", "all")))
     if op in ("validate_code", "execute_code"):
-        code = head.get("code")
-        if not isinstance(code, str):
-            raise DojoError("bad_request", "code must be a string")
-        return getattr(session, op)(code)
+        return session.step(op, *getattr(session, op)(head.get("code")))
     if op == "get_history":
-        return session.get_history()
+        return session.step(op, *session.get_history())
     if op == "reset":
         session.load(head.get("competition") or session.competition)
-        return {"competition": session.competition}
-    if op == "close":
-        return {}
+        return session.step(op, {"status": "SUCCESS", "competition": session.competition},
+                            f"Environment reset: {session.competition}", 0.0)
     raise DojoError("bad_request", f"unknown op {op!r}")
 
 
@@ -164,9 +264,11 @@ def main():
     ap.add_argument("--suite", default=os.path.join(HERE, "competitions"))
     ap.add_argument("--endpoint", default="tcp://127.0.0.1:5599")
     ap.add_argument("--wmrl", default=None)
+    ap.add_argument("--output-dir", default=os.path.join(tempfile.gettempdir(), "wmrl-mledojo"),
+                    help="output_path root: <dir>/<competition>/ holds archived code (execution_N.py)")
     ap.add_argument("--max-requests", type=int, default=0, help="exit after this many requests (0: never)")
     a = ap.parse_args()
-    session = Session(os.path.abspath(a.suite), a.competition, find_wmrl(a.wmrl))
+    session = Session(os.path.abspath(a.suite), a.competition, find_wmrl(a.wmrl), os.path.abspath(a.output_dir))
     sock = zmq.Context.instance().socket(zmq.REP)
     sock.bind(a.endpoint)
     print(f"wmrl-mledojo: {a.competition} on {a.endpoint}", file=sys.stderr, flush=True)

@@ -1,10 +1,14 @@
 //! Competitions in MLE-Dojo's folder layout and the suite that lists them.
 //!
 //! ```text
-//! <dir>/public/{description.txt, train.csv, test.csv, sample_submission.csv}
-//! <dir>/private/{test_answer.csv, public_leaderboard.csv, private_leaderboard.csv}
-//! <dir>/meta.json   (metric, task, split, meta-features)
+//! <dir>/data/public/{description.txt, train.csv, test.csv, sample_submission.csv}
+//! <dir>/data/private/{test_answer.csv, public_leaderboard.csv, private_leaderboard.csv}
+//! <dir>/info/{description.txt, public_leaderboard.csv, private_leaderboard.csv}
+//! <dir>/utils/{metric.py, prepare.py}   (MLE-Dojo's registry and grader)
+//! <dir>/meta.json   (metric, task, split, meta-features: wmrl's own)
 //! ```
+//! Leaderboards are `rank,score,team` (MLE-Dojo reads the second column; wmrl
+//! reads the column named `score`).
 //! The suite wmrl ships is built by `envs/mledojo/build_suite.py`; its
 //! leaderboards come from a documented population of reference submissions,
 //! not from people.
@@ -125,9 +129,17 @@ impl Competition {
                 reason: format!("{} meta-features, want {N_META}", meta.meta_features.len()),
             });
         }
+        // Best first, whatever the file's order (MLE-Dojo sorts too).
+        let hib = meta.metric.higher_is_better();
+        let board = |name: &str| -> Result<Leaderboard> {
+            let mut b = read_leaderboard(&dir.join("data/private").join(name))?;
+            b.scores
+                .sort_by(|x, y| if hib { y.total_cmp(x) } else { x.total_cmp(y) });
+            Ok(b)
+        };
         Ok(Self {
-            public_leaderboard: read_leaderboard(&dir.join("private/public_leaderboard.csv"))?,
-            private_leaderboard: read_leaderboard(&dir.join("private/private_leaderboard.csv"))?,
+            public_leaderboard: board("public_leaderboard.csv")?,
+            private_leaderboard: board("private_leaderboard.csv")?,
             dir: dir.to_path_buf(),
             meta,
         })
@@ -137,10 +149,10 @@ impl Competition {
         &self.meta.name
     }
     pub fn public_dir(&self) -> PathBuf {
-        self.dir.join("public")
+        self.dir.join("data/public")
     }
     pub fn answer_path(&self) -> PathBuf {
-        self.dir.join("private/test_answer.csv")
+        self.dir.join("data/private/test_answer.csv")
     }
 }
 

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::competition::Competition;
 use crate::error::{Result, io_err};
 use crate::grade::{Grade, Ladder, grade};
-use crate::sandbox::{Exit, Sandbox};
+use crate::sandbox::{Exit, PathViews, Sandbox};
 
 /// The outcome of executing one solution.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,6 +27,9 @@ pub struct Outcome {
     pub exit: Exit,
     /// Last lines of stderr, for diagnosis.
     pub stderr_tail: String,
+    /// Last lines of stdout (what the solution printed).
+    #[serde(default)]
+    pub stdout_tail: String,
     /// Served from the cache (its cpu_secs are the original run's).
     #[serde(default)]
     pub cached: bool,
@@ -47,8 +50,14 @@ pub struct Executor {
     cache: Mutex<HashMap<String, Outcome>>,
 }
 
+/// Part of every cache key: bump it when grading changes, so a replay never
+/// returns a grade the current rules would not give. 2: ties with a
+/// leaderboard entry count as beating it (MLE-Dojo's rule).
+const GRADING_VERSION: &[u8] = b"grading-2";
+
 fn key(comp: &Competition, code: &str) -> String {
     let mut h = Sha256::new();
+    h.update(GRADING_VERSION);
     h.update(comp.name().as_bytes());
     h.update([0u8]);
     h.update(code.as_bytes());
@@ -90,6 +99,17 @@ impl Executor {
 
     /// Execute `code` on `comp` and grade it.
     pub fn execute(&self, comp: &Competition, code: &str) -> Result<Outcome> {
+        self.execute_with(comp, code, &PathViews::default())
+    }
+
+    /// [`Self::execute`] with the run's files also visible at `views`
+    /// (MLE-Dojo-style absolute data and output paths).
+    pub fn execute_with(
+        &self,
+        comp: &Competition,
+        code: &str,
+        views: &PathViews,
+    ) -> Result<Outcome> {
         let k = key(comp, code);
         if self.cache_path.is_some()
             && let Ok(map) = self.cache.lock()
@@ -100,7 +120,7 @@ impl Executor {
                 ..o.clone()
             });
         }
-        let run = self.sandbox.run(code, &comp.public_dir())?;
+        let run = self.sandbox.run_with(code, &comp.public_dir(), views)?;
         let r = &run.report;
         let g = grade(
             comp,
@@ -115,6 +135,7 @@ impl Executor {
             wall_secs: r.wall_secs,
             exit: r.exit.clone(),
             stderr_tail: tail(&r.stderr, 5),
+            stdout_tail: tail(&r.stdout, 20),
             cached: false,
         };
         if let Some(path) = &self.cache_path

@@ -73,17 +73,18 @@ pub struct Grade {
     pub reason: Option<String>,
 }
 
-/// 1-based position: the first entry (best first) the score strictly beats;
-/// `len + 1` when it beats none.
+/// 1-based position: the first entry (best first) the score beats or ties,
+/// as MLE-Dojo counts it (`score >= entry`, `<=` when lower is better);
+/// `len + 1` when it reaches none.
 pub fn leaderboard_position(score: f64, board: &Leaderboard, higher_is_better: bool) -> usize {
     board
         .scores
         .iter()
         .position(|&s| {
             if higher_is_better {
-                score > s
+                score >= s
             } else {
-                score < s
+                score <= s
             }
         })
         .map_or(board.scores.len() + 1, |i| i + 1)
@@ -265,15 +266,21 @@ mod tests {
             scores: vec![0.9, 0.8, 0.7, 0.6],
         };
         assert_eq!(leaderboard_position(0.95, &b, true), 1);
-        assert_eq!(leaderboard_position(0.8, &b, true), 3); // ties do not beat
+        assert_eq!(leaderboard_position(0.8, &b, true), 2); // a tie counts (MLE-Dojo)
         assert_eq!(leaderboard_position(0.1, &b, true), 5);
         assert!((position_score(1, 4) - 1.0).abs() < 1e-12);
         assert!((position_score(3, 4) - 0.5).abs() < 1e-12);
+        assert_eq!(
+            leaderboard_position(0.9, &b, true),
+            1,
+            "tying the best is first"
+        );
         assert_eq!(position_score(5, 4), 0.0);
         let e = Leaderboard {
             scores: vec![1.0, 2.0, 3.0],
         };
         assert_eq!(leaderboard_position(1.5, &e, false), 2);
+        assert_eq!(leaderboard_position(2.0, &e, false), 2);
     }
 
     #[test]

@@ -26,5 +26,5 @@ pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite
 pub use error::{Error, Result};
 pub use grade::{Grade, Ladder, Rung, grade, leaderboard_position, position_score};
 pub use onnx_predictor::OnnxPredictor;
-pub use sandbox::{Exit, Isolation, Run, RunReport, Sandbox, SandboxConfig};
+pub use sandbox::{Exit, Isolation, PathViews, Run, RunReport, Sandbox, SandboxConfig};
 pub use train::{ArArm, TrainConfig, TrainReport, train};

@@ -303,7 +303,7 @@ fn python_roots(python: &Path) -> Vec<PathBuf> {
 /// working directory (which holds a copy of the competition's public files)
 /// writable. Nothing else of the host exists inside: not the repository, the
 /// suite's `private/` answers, `/root` or `/home`.
-fn bwrap_args(workdir: &Path, python: &Path) -> Vec<String> {
+fn bwrap_args(workdir: &Path, python: &Path, views: &PathViews) -> Vec<String> {
     let wd = workdir.display().to_string();
     let mut a: Vec<String> = Vec::new();
     let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
@@ -340,14 +340,30 @@ fn bwrap_args(workdir: &Path, python: &Path) -> Vec<String> {
         let r = r.display().to_string();
         a.extend(["--ro-bind".into(), r.clone(), r]);
     }
-    a.extend([
-        "--bind".into(),
-        wd.clone(),
-        wd.clone(),
-        "--chdir".into(),
-        wd,
-    ]);
+    a.extend(["--bind".into(), wd.clone(), wd.clone()]);
+    if let Some(inside) = &views.public_at {
+        a.extend([
+            "--ro-bind".into(),
+            workdir.join("public").display().to_string(),
+            inside.display().to_string(),
+        ]);
+    }
+    if let Some(inside) = &views.workdir_at {
+        a.extend(["--bind".into(), wd.clone(), inside.display().to_string()]);
+    }
+    a.extend(["--chdir".into(), wd]);
     a
+}
+
+/// Extra views of a run's files at absolute paths, for code written against
+/// MLE-Dojo, which reads the data from its `data_path` and writes
+/// `submission.csv` into its `output_path`: the run's copy of the public
+/// files (`./public/`) also read-only at `public_at`, and the working
+/// directory also at `workdir_at`. Only `Bwrap` can give them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PathViews {
+    pub public_at: Option<PathBuf>,
+    pub workdir_at: Option<PathBuf>,
 }
 
 /// The rlimits and uid drop applied in the child between fork and exec.
@@ -592,6 +608,17 @@ impl Sandbox {
     /// copy of `public_dir` at `./public/`. The solution writes
     /// `./submission.csv`.
     pub fn run(&self, code: &str, public_dir: &Path) -> Result<Run> {
+        self.run_with(code, public_dir, &PathViews::default())
+    }
+
+    /// [`Self::run`] with extra [`PathViews`] of the run's files.
+    pub fn run_with(&self, code: &str, public_dir: &Path, views: &PathViews) -> Result<Run> {
+        if *views != PathViews::default() && self.backend != Isolation::Bwrap {
+            return Err(Error::Sandbox(format!(
+                "path views (MLE-Dojo's data_path/output_path) need bubblewrap; backend is {:?}",
+                self.backend
+            )));
+        }
         let root = self
             .cfg
             .work_root
@@ -629,7 +656,7 @@ impl Sandbox {
         let mut cmd = match self.backend {
             Isolation::Bwrap => {
                 let mut c = Command::new("bwrap");
-                c.args(bwrap_args(&wd, &self.cfg.python))
+                c.args(bwrap_args(&wd, &self.cfg.python, views))
                     .arg(&python)
                     .args(&py_args);
                 c
@@ -774,8 +801,12 @@ fn probe(drop_uid: bool, uid_base: u32) -> Isolation {
     };
     let tmp = std::env::temp_dir();
     let mut bw = Command::new("bwrap");
-    bw.args(bwrap_args(&tmp, Path::new("/bin/true")))
-        .arg("/bin/true");
+    bw.args(bwrap_args(
+        &tmp,
+        Path::new("/bin/true"),
+        &PathViews::default(),
+    ))
+    .arg("/bin/true");
     if try_cmd(bw) {
         return Isolation::Bwrap;
     }

@@ -31,13 +31,16 @@ fn toy(
     for (i, v) in answer.iter().enumerate() {
         a += &format!("{},{v}\n", 100 + i);
     }
-    write(&dir.join("private/test_answer.csv"), &a);
+    write(&dir.join("data/private/test_answer.csv"), &a);
     for (name, lb) in [("public", public), ("private", private)] {
-        let mut s = String::from("rank,team,score\n");
+        let mut s = String::from("rank,score,team\n");
         for (i, v) in lb.iter().enumerate() {
-            s += &format!("{},t{i},{v}\n", i + 1);
+            s += &format!("{},{v},t{i}\n", i + 1);
         }
-        write(&dir.join(format!("private/{name}_leaderboard.csv")), &s);
+        write(
+            &dir.join(format!("data/private/{name}_leaderboard.csv")),
+            &s,
+        );
     }
     Competition::load(dir).unwrap()
 }
@@ -66,10 +69,11 @@ fn known_accuracy_gets_its_leaderboard_position() {
     let g = grade(&c, &Ladder::default(), false, None, &p).unwrap();
     assert_eq!(g.rung, Rung::Valid);
     assert!((g.metric.unwrap() - 0.8).abs() < 1e-12);
-    // public: 0.8 ties t1, beats t2 (0.7): position 3 of 4 -> 0.5.
-    // private: beats t1 (0.78): position 2 of 4 -> 0.75.
-    assert!((g.position_score.unwrap() - 0.625).abs() < 1e-12);
-    assert!((g.reward - (0.5 + 0.5 * 0.625)).abs() < 1e-12);
+    // public: 0.8 ties t1, which counts as beating it (MLE-Dojo's `>=`):
+    // position 2 of 4 -> 0.75. private: beats t1 (0.78): position 2 of 4 ->
+    // 0.75.
+    assert!((g.position_score.unwrap() - 0.75).abs() < 1e-12);
+    assert!((g.reward - (0.5 + 0.5 * 0.75)).abs() < 1e-12);
 }
 
 #[test]
@@ -113,15 +117,17 @@ fn shipped_suite_grades_the_sample_submission_like_the_majority_baseline() {
         let p = c.public_dir().join("sample_submission.csv");
         let g = grade(c, &Ladder::default(), false, None, &p).unwrap();
         assert_eq!(g.rung, Rung::Valid, "{}: {:?}", c.name(), g.reason);
-        // Expected position on each leaderboard: 1 + entries the score does not beat.
+        // Expected position on each leaderboard: 1 + entries strictly better
+        // than the score (a tie counts as beaten, as MLE-Dojo counts it).
         let s = g.metric.unwrap();
         let hib = c.meta.metric.higher_is_better();
         let expect = |file: &str| {
-            let t = Table::read(&c.dir.join("private").join(file)).unwrap();
-            let scores: Vec<f64> = t.rows.iter().map(|r| r[2].parse().unwrap()).collect();
+            let t = Table::read(&c.dir.join("data/private").join(file)).unwrap();
+            // MLE-Dojo reads the second column.
+            let scores: Vec<f64> = t.rows.iter().map(|r| r[1].parse().unwrap()).collect();
             let not_beaten = scores
                 .iter()
-                .filter(|&&x| if hib { s <= x } else { s >= x })
+                .filter(|&&x| if hib { s < x } else { s > x })
                 .count();
             let n = scores.len() as f64;
             (n - (not_beaten + 1) as f64 + 1.0) / n

@@ -174,3 +174,47 @@ fn a_sandbox_without_a_private_file_system_refuses_by_default() {
         );
     }
 }
+
+#[test]
+fn mledojo_style_absolute_paths_reach_the_data_and_output_only() {
+    let sb = Sandbox::new(SandboxConfig::default()).unwrap();
+    let comp = Competition::load(&wmrl_autoresearch::competition::default_suite_dir().join("iris"))
+        .unwrap();
+    // The real public path (as MLE-Dojo's data_path names it) and an output
+    // directory on the host.
+    let data = comp.public_dir().canonicalize().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let views = wmrl_autoresearch::PathViews {
+        public_at: Some(data.clone()),
+        workdir_at: Some(out.path().to_path_buf()),
+    };
+    let code = format!(
+        r#"import os, pandas as pd
+data, out = {data:?}, {out:?}
+try:
+    open(os.path.join(data, "..", "private", "test_answer.csv")).read()
+    print("LEAKED")
+except OSError:
+    print("private hidden")
+s = pd.read_csv(os.path.join(data, "sample_submission.csv"))
+s.to_csv(os.path.join(out, "submission.csv"), index=False)
+"#,
+        data = data.display().to_string(),
+        out = out.path().display().to_string()
+    );
+    let run = sb.run_with(&code, &comp.public_dir(), &views).unwrap();
+    let r = &run.report;
+    assert!(r.stdout.contains("private hidden"), "{r:?}");
+    let g = grade(
+        &comp,
+        &Ladder::default(),
+        r.syntax_error,
+        r.runtime_error(),
+        &run.submission_path(),
+    )
+    .unwrap();
+    assert_eq!(g.rung, Rung::Valid, "{g:?} {}", r.stderr);
+    // The host's output directory itself is untouched (the run wrote into
+    // its own working directory, seen at that path).
+    assert!(!out.path().join("submission.csv").exists());
+}

@@ -56,6 +56,14 @@ pub enum Sub {
         competition: String,
         #[arg(long)]
         solution: PathBuf,
+        /// Also show the run's public files read-only at this absolute path
+        /// (MLE-Dojo's `data_path`, for code that reads data from there).
+        #[arg(long)]
+        data_path: Option<PathBuf>,
+        /// Also show the run's working directory at this absolute path
+        /// (MLE-Dojo's `output_path`: code writes `submission.csv` there).
+        #[arg(long)]
+        output_path: Option<PathBuf>,
         #[command(flatten)]
         common: Common,
     },
@@ -189,8 +197,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Sub::Run {
             competition,
             solution,
+            data_path,
+            output_path,
             common,
         } => {
+            for p in data_path.iter().chain(&output_path) {
+                anyhow::ensure!(p.is_absolute(), "{} must be an absolute path", p.display());
+            }
+            let views = wmrl_autoresearch::PathViews {
+                public_at: data_path,
+                workdir_at: output_path,
+            };
             let s = suite(&common)?;
             let comp = s
                 .by_name(&competition)
@@ -200,7 +217,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 no_cache: true,
                 ..common
             })?
-            .execute(comp, &code)?;
+            .execute_with(comp, &code, &views)?;
             println!("{}", serde_json::to_string_pretty(&o)?);
         }
         Sub::Collect {

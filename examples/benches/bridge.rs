@@ -1,4 +1,4 @@
-//! `cargo bench -p wmrl-bridge --bench bridge [-- --libero]`: what the
+//! `cargo bench -p wmrl-examples --bench bridge [-- --libero]`: what the
 //! ZeroMQ bridge costs and how it scales, with the embedded simulator
 //! (wmrl-sim, a dev-dependency used here only).
 //!
@@ -254,7 +254,7 @@ fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn bench_libero(args: &Args) -> anyhow::Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = root.join("envs/libero/.venv/bin/python");
     anyhow::ensure!(
         python.exists(),

@@ -8,7 +8,7 @@ use wmrl_policy::{EvalConfig, Policy, evaluate};
 
 #[test]
 fn shipped_policy_loads_and_solves_recorded_episodes() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../models/policy-tiny");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/policy-tiny");
     let policy = Policy::load(&dir).expect("models/policy-tiny loads");
     let cfg = policy.config();
     assert_eq!(cfg.preset, "tiny");

@@ -2,7 +2,7 @@
 //! simulator's scripted expert (with optional action noise) on the training
 //! initial states and writes episodes with `wmrl_env::write_episode`.
 //!
-//! `cargo run --release -p wmrl-policy --example sim_demos -- OUT PER_TASK [NOISE] [INIT_STATES]`
+//! `cargo run --release -p wmrl-examples --example sim_demos -- OUT PER_TASK [NOISE] [INIT_STATES]`
 //! e.g. `... /tmp/demos 16 0.1 16` writes 16 episodes per task from init
 //! states 0..16 (cycling when PER_TASK > INIT_STATES).
 

@@ -2,7 +2,7 @@
 //! simulator: the same library calls as `wmrl sft` + `wmrl eval`, in one
 //! small binary for tuning the demo count without building the whole CLI.
 //!
-//! `cargo run --release -p wmrl-policy --example sim_sft -- DEMOS OUT STEPS [MAX_EPISODES] [PRESET] [EVAL_ENVS]`
+//! `cargo run --release -p wmrl-examples --example sim_sft -- DEMOS OUT STEPS [MAX_EPISODES] [PRESET] [EVAL_ENVS]`
 
 use std::path::PathBuf;
 use std::time::Instant;

@@ -23,6 +23,8 @@ pub enum BridgeError {
     NoWorkers(String),
     #[error("workers disagree: {0}")]
     Mismatch(String),
+    #[error("simulator worker process: {0}")]
+    Spawn(String),
     #[error(transparent)]
     Env(#[from] EnvError),
 }
@@ -54,6 +56,7 @@ impl From<BridgeError> for EnvError {
                 _ => EnvError::Protocol(message),
             },
             BridgeError::Mismatch(_) => EnvError::Protocol(message),
+            BridgeError::Spawn(m) => EnvError::NoWorkers(m),
         }
     }
 }

@@ -21,6 +21,7 @@ mod error;
 mod pool;
 pub mod protocol;
 mod server;
+mod supervise;
 pub mod testenv;
 mod worker;
 
@@ -29,3 +30,4 @@ pub use error::{BridgeError, Result};
 pub use pool::{BridgePool, PoolConfig};
 pub use protocol::PROTOCOL_VERSION;
 pub use server::{Server, ServerConfig, ServerStats, serve};
+pub use supervise::{SupervisedPool, WorkerCommand};

@@ -15,13 +15,16 @@ use crate::{Result, TrainError};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvConfig {
-    /// `sim` (in-process embedded simulator) or `bridge` (workers over
-    /// ZeroMQ at `endpoints`).
+    /// `sim` (in-process embedded simulator), `bridge` (workers over ZeroMQ
+    /// at `endpoints`, started by the user) or `libero` (real LIBERO server
+    /// workers that wmrl starts and supervises itself: `[env.libero]`).
     pub backend: String,
-    /// Parallel environment slots.
+    /// Parallel environment slots (`sim`; for `libero`, capped at what the
+    /// workers hold together; `bridge` uses every slot of its workers).
     pub num_envs: usize,
     pub endpoints: Vec<String>,
     pub sim: SimConfig,
+    pub libero: LiberoEnvConfig,
 }
 
 impl Default for EnvConfig {
@@ -31,8 +34,100 @@ impl Default for EnvConfig {
             num_envs: 16,
             endpoints: Vec::new(),
             sim: SimConfig::default(),
+            libero: LiberoEnvConfig::default(),
         }
     }
+}
+
+/// The real LIBERO simulator as worker processes (`env.backend = "libero"`):
+/// `workers` processes of `python server` (envs/libero/server.py in the venv
+/// scripts/setup builds), each with `envs_per_worker` environments, started
+/// on loopback endpoints, restarted if they die, killed at the end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LiberoEnvConfig {
+    /// Interpreter of the LIBERO venv (relative paths: from the working
+    /// directory, normally the repository root).
+    pub python: PathBuf,
+    pub server: PathBuf,
+    pub workers: usize,
+    pub envs_per_worker: usize,
+    /// LIBERO suite (`libero_10` is LIBERO-Long).
+    pub suite: String,
+    /// Camera frames are `image_size` x `image_size`.
+    pub image_size: u32,
+    /// `MUJOCO_GL` for the workers (`egl` or `osmesa`), unless already set.
+    pub mujoco_gl: String,
+    /// How long a worker may take to start (imports, building environments).
+    pub ready_timeout_secs: f64,
+}
+
+impl Default for LiberoEnvConfig {
+    fn default() -> Self {
+        Self {
+            python: "envs/libero/.venv/bin/python".into(),
+            server: "envs/libero/server.py".into(),
+            workers: 2,
+            envs_per_worker: 1,
+            suite: "libero_10".into(),
+            image_size: 128,
+            mujoco_gl: "egl".into(),
+            ready_timeout_secs: 180.0,
+        }
+    }
+}
+
+/// The environment a run (or an evaluation) steps: see [`EnvConfig`].
+pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
+    Ok(match cfg.backend.as_str() {
+        "bridge" => Box::new(wmrl_bridge::BridgePool::connect(
+            &cfg.endpoints,
+            wmrl_bridge::PoolConfig::default(),
+        )?),
+        "libero" => {
+            let l = &cfg.libero;
+            for (what, p) in [
+                ("env.libero.python", &l.python),
+                ("env.libero.server", &l.server),
+            ] {
+                if !p.exists() {
+                    return Err(TrainError::Missing {
+                        what: if what.ends_with("python") {
+                            "LIBERO venv interpreter"
+                        } else {
+                            "LIBERO server script"
+                        },
+                        path: p.display().to_string(),
+                        hint: "run scripts/setup (scripts/setup.d/30-libero.sh builds envs/libero/.venv) from the repository root, or set env.libero.python / env.libero.server",
+                    });
+                }
+            }
+            let gl = std::env::var("MUJOCO_GL").unwrap_or_else(|_| l.mujoco_gl.clone());
+            let cmd = wmrl_bridge::WorkerCommand {
+                program: l.python.clone(),
+                args: vec![
+                    l.server.display().to_string(),
+                    "--envs".into(),
+                    l.envs_per_worker.to_string(),
+                    "--suite".into(),
+                    l.suite.clone(),
+                    "--image".into(),
+                    l.image_size.to_string(),
+                ],
+                env: vec![("MUJOCO_GL".into(), gl)],
+                ready_timeout: std::time::Duration::from_secs_f64(l.ready_timeout_secs),
+            };
+            Box::new(wmrl_bridge::SupervisedPool::spawn(
+                cmd,
+                l.workers,
+                wmrl_bridge::PoolConfig {
+                    num_envs: Some(cfg.num_envs.min(l.workers * l.envs_per_worker)),
+                    ..wmrl_bridge::PoolConfig::default()
+                },
+            )?)
+        }
+        _ => Box::new(wmrl_sim::make_vec_env(&cfg.sim, cfg.num_envs)?),
+    })
 }
 
 /// How a step's rollouts are drawn (METHOD.md: 8 groups of 8).
@@ -414,6 +509,18 @@ impl TrainConfig {
         }
         match self.env.backend.as_str() {
             "sim" => {}
+            "libero" => {
+                let l = &self.env.libero;
+                if l.workers == 0 || l.envs_per_worker == 0 {
+                    return Err(bad(
+                        "env.libero",
+                        "workers and envs_per_worker must be at least 1",
+                    ));
+                }
+                if !(l.ready_timeout_secs.is_finite() && l.ready_timeout_secs > 0.0) {
+                    return Err(bad("env.libero.ready_timeout_secs", "must be positive"));
+                }
+            }
             "bridge" if !self.env.endpoints.is_empty() => {}
             "bridge" => {
                 return Err(bad(
@@ -424,7 +531,7 @@ impl TrainConfig {
             other => {
                 return Err(bad(
                     "env.backend",
-                    format!("`{other}`: expected `sim` or `bridge`"),
+                    format!("`{other}`: expected `sim`, `bridge` or `libero`"),
                 ));
             }
         }

@@ -14,6 +14,6 @@ pub mod rollout;
 pub mod stats;
 pub mod trainer;
 
-pub use config::{LossNorm, TrainConfig};
+pub use config::{EnvConfig, LiberoEnvConfig, LossNorm, TrainConfig, make_env};
 pub use error::{Result, TrainError};
 pub use trainer::{RunSummary, Trainer};

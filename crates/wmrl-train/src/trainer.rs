@@ -78,13 +78,7 @@ impl std::fmt::Debug for Trainer {
 }
 
 fn make_env(cfg: &TrainConfig) -> Result<Box<dyn VecEnv>> {
-    Ok(match cfg.env.backend.as_str() {
-        "bridge" => Box::new(wmrl_bridge::BridgePool::connect(
-            &cfg.env.endpoints,
-            wmrl_bridge::PoolConfig::default(),
-        )?),
-        _ => Box::new(wmrl_sim::make_vec_env(&cfg.env.sim, cfg.env.num_envs)?),
-    })
+    crate::config::make_env(&cfg.env)
 }
 
 fn load_policy(path: &Path) -> Result<Policy> {

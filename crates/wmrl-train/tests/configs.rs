@@ -11,6 +11,7 @@ fn shipped_configs_are_valid() {
         "bench_sim_free.toml",
         "libero_long_sim.toml",
         "grpo_sim.toml",
+        "libero_ci.toml",
     ] {
         let cfg = TrainConfig::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(cfg.steps > 0, "{name}");

@@ -1,5 +1,7 @@
 //! `wmrl eval`: success of a policy checkpoint on the embedded simulator,
-//! per task with 95% Wilson intervals, as JSON plus a few rollout GIFs.
+//! on simulator workers over the bridge, or on the real LIBERO simulator
+//! (workers wmrl starts itself), per task with 95% Wilson intervals, as JSON
+//! plus a few rollout GIFs.
 
 use std::path::PathBuf;
 
@@ -20,6 +22,17 @@ pub struct Args {
     /// Parallel environment slots.
     #[arg(long, default_value_t = 34)]
     pub num_envs: usize,
+    /// `sim` (embedded, in-process), `bridge` (workers at `--endpoints`) or
+    /// `libero` (real LIBERO workers started from envs/libero/.venv).
+    #[arg(long, default_value = "sim")]
+    pub backend: String,
+    /// Bridge endpoints, comma-separated (`--backend bridge`).
+    #[arg(long, value_delimiter = ',')]
+    pub endpoints: Vec<String>,
+    /// LIBERO worker processes (`--backend libero`); `--num-envs` slots are
+    /// spread over them.
+    #[arg(long, default_value_t = 2)]
+    pub libero_workers: usize,
     /// 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
@@ -29,6 +42,9 @@ pub struct Args {
     /// is the paper's measure (e.g. `--temperature 0.5 --repeats 8`).
     #[arg(long, default_value_t = 1)]
     pub repeats: usize,
+    /// Cap on steps per episode (0: the environment's own limit).
+    #[arg(long, default_value_t = 0)]
+    pub max_steps: usize,
     /// Actions executed per policy call (0: the whole chunk).
     #[arg(long, default_value_t = 0)]
     pub execute_steps: usize,
@@ -62,7 +78,7 @@ pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let policy =
         Policy::load(&args.policy).with_context(|| format!("loading {}", args.policy.display()))?;
-    let mut env = make_env(args.num_envs)?;
+    let mut env = make_env(&args)?;
     let n_tasks = env.spec().tasks.len();
     let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));
     let cfg = EvalConfig {
@@ -72,6 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         seed: args.seed,
         repeats: args.repeats,
         execute_steps: args.execute_steps,
+        max_steps: args.max_steps,
         gif_dir: (args.gifs > 0).then(|| out.join("gifs")),
         n_gifs: args.gifs,
         ..EvalConfig::default()
@@ -100,9 +117,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The environment evaluation runs in: the embedded simulator, `num_envs`
-/// instances stepped in parallel.
-fn make_env(num_envs: usize) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
-    let env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), num_envs.max(1))?;
-    Ok(Box::new(env))
+/// The environment evaluation runs in (see `--backend`).
+fn make_env(args: &Args) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
+    let n = args.num_envs.max(1);
+    let mut cfg = wmrl_train::EnvConfig {
+        backend: args.backend.clone(),
+        num_envs: n,
+        endpoints: args.endpoints.clone(),
+        ..wmrl_train::EnvConfig::default()
+    };
+    match args.backend.as_str() {
+        "sim" => {}
+        "bridge" => anyhow::ensure!(
+            !args.endpoints.is_empty(),
+            "--backend bridge needs --endpoints"
+        ),
+        "libero" => {
+            anyhow::ensure!(
+                args.libero_workers > 0,
+                "--libero-workers must be at least 1"
+            );
+            cfg.libero.workers = args.libero_workers.min(n);
+            cfg.libero.envs_per_worker = n.div_ceil(cfg.libero.workers);
+        }
+        other => anyhow::bail!("--backend {other}: expected sim, bridge or libero"),
+    }
+    Ok(wmrl_train::make_env(&cfg)?)
 }

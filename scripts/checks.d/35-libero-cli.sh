@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The real LIBERO simulator from the CLI, with workers wmrl starts and
+# supervises itself (env.backend = "libero"): a one-step GRPO run
+# (configs/libero_ci.toml: two workers, 2 groups x 2 rollouts of 30 steps,
+# world-model scoring of the real frames) and a two-episode `wmrl eval
+# --backend libero`. Needs envs/libero/.venv (scripts/setup.d/30-libero.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export MUJOCO_GL="${MUJOCO_GL:-egl}"
+bin=target/debug/wmrl
+[ -x "$bin" ] || cargo build -q -p wmrl-cli
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+"$bin" train --quiet --config configs/libero_ci.toml --out "$out/train"
+python3 - "$out/train/metrics.jsonl" <<'PY'
+import json, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+assert len(m) == 1, m
+l = m[0]["ledger"]
+assert m[0]["labels_used"] == 2 and l["wm_rollouts"] >= 2 and l["sim_steps"] > 0, m[0]
+assert m[0]["wm_score_mean"] is not None
+print(f"libero train: 1 step, {l['sim_steps']} real LIBERO steps, {l['wm_rollouts']} world-model scores, "
+      f"{m[0]['labels_used']} labels")
+PY
+"$bin" eval --policy models/policy-tiny --backend libero --libero-workers 2 --num-envs 2 \
+  --tasks 0 --init-states 0-1 --max-steps 30 --gifs 0 --out "$out/eval"
+python3 -c "
+import json,sys
+r=json.load(open('$out/eval/eval.json'))
+eps=r['episodes']
+assert len(eps)==2 and all(e['steps']==30 or e['success'] for e in eps), eps
+print('libero eval: 2 episodes,', sum(e['steps'] for e in eps), 'steps')
+"

@@ -12,17 +12,22 @@ The endpoints go to stdout, one per line (and as JSON with --json), for
 
 Fault tolerance: each actor watches its worker process and restarts it on
 the same port when it dies (up to --max-worker-restarts), so the pool's
-reconnect finds it again; Ray restarts a dead actor (--max-restarts), which
-may land on another node: its endpoint then changes and the pool reports the
+reconnect finds it again; the worker process dies with its actor, and Ray
+restarts a dead actor (--max-restarts) with the same port (the launcher
+picks it), so on the same node its endpoint is unchanged and the pool
+reconnects; on another node the endpoint changes and the pool reports the
 old one as gone after give_up_after_ms. The launcher keeps running (and the
-actors alive) until interrupted.
+actors alive) until interrupted. envs/ray/check.py runs all of this on a
+local Ray instance (scripts/checks.d/50-ray.sh).
 
   python envs/ray/launch.py --address auto --workers 8 --envs 8 --kind sim
 """
 
 import argparse
+import ctypes
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -40,13 +45,26 @@ def free_port():
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """The worker process gets SIGKILL when its actor dies (Linux), so a
+    restarted actor finds its port free."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 @ray.remote
 class SimWorker:
-    """One simulator worker process, supervised."""
+    """One simulator worker process on a fixed port, supervised.
 
-    def __init__(self, cmd, max_restarts):
+    The port is given by the launcher, so when Ray restarts a dead actor on
+    the same node it binds the same endpoint again and the pool reconnects.
+    """
+
+    def __init__(self, cmd, port, max_restarts):
         self.ip = ray.util.get_node_ip_address()
-        self.port = free_port()
+        self.port = port or free_port()
         self.endpoint = f"tcp://{self.ip}:{self.port}"
         self.cmd = [c.replace("{BIND}", f"tcp://0.0.0.0:{self.port}") for c in cmd]
         self.max_restarts = max_restarts
@@ -55,12 +73,17 @@ class SimWorker:
         self._start()
         threading.Thread(target=self._watch, daemon=True).start()
 
-    def _start(self):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True)
-        for line in self.proc.stdout:  # wait until bound
-            if line.startswith("ENDPOINT "):
-                break
-        threading.Thread(target=lambda p=self.proc: [None for _ in p.stdout], daemon=True).start()
+    def _start(self, attempts=20):
+        for _ in range(attempts):
+            self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, text=True,
+                                         preexec_fn=_die_with_parent)
+            for line in self.proc.stdout:  # wait until bound
+                if line.startswith("ENDPOINT "):
+                    threading.Thread(target=lambda p=self.proc: [None for _ in p.stdout], daemon=True).start()
+                    return
+            self.proc.wait()  # exited before binding (e.g. the port not yet free): retry
+            time.sleep(0.5)
+        raise RuntimeError(f"worker {self.cmd[0]} did not start on port {self.port}")
 
     def _watch(self):
         while True:
@@ -70,13 +93,31 @@ class SimWorker:
             time.sleep(1.0)
 
     def endpoint_info(self):
-        return {"endpoint": self.endpoint, "pid": self.proc.pid, "restarts": self.restarts,
-                "alive": self.proc.poll() is None}
+        return {"endpoint": self.endpoint, "pid": self.proc.pid, "actor_pid": os.getpid(),
+                "restarts": self.restarts, "alive": self.proc.poll() is None}
+
+
+def worker_command(kind, envs, image, wmrl, python):
+    if kind == "sim":
+        return [wmrl, "serve-sim", "--bind", "{BIND}", "--envs", str(envs), "--image-size", str(image)]
+    return [python, os.path.join(REPO, "envs/libero/server.py"), "--bind", "{BIND}",
+            "--envs", str(envs), "--image", str(image)]
+
+
+def start_workers(cmd, n, cpus_per_worker=1.0, max_restarts=3, max_worker_restarts=3):
+    """Start `n` actors, each on its own free port; returns (actors, infos)."""
+    actors = [
+        SimWorker.options(num_cpus=cpus_per_worker, max_restarts=max_restarts,
+                          max_task_retries=-1).remote(cmd, free_port(), max_worker_restarts)
+        for _ in range(n)
+    ]
+    return actors, ray.get([a.endpoint_info.remote() for a in actors])
 
 
 def main():
     ap = argparse.ArgumentParser(description="Start wmrl simulator workers on a Ray cluster.")
     ap.add_argument("--address", default=None, help="Ray address (`auto` for a running cluster; default: start a local one)")
+    ap.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance (no --address)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--envs", type=int, default=8, help="environments per worker")
     ap.add_argument("--kind", choices=["sim", "libero"], default="sim")
@@ -90,20 +131,13 @@ def main():
     ap.add_argument("--once", action="store_true", help="print the endpoints and exit (stops the actors)")
     args = ap.parse_args()
 
-    if args.kind == "sim":
-        cmd = [args.wmrl, "serve-sim", "--bind", "{BIND}", "--envs", str(args.envs),
-               "--image-size", str(args.image)]
+    cmd = worker_command(args.kind, args.envs, args.image, args.wmrl, args.python)
+    if args.address:
+        ray.init(address=args.address)
     else:
-        cmd = [args.python, os.path.join(REPO, "envs/libero/server.py"), "--bind", "{BIND}",
-               "--envs", str(args.envs), "--image", str(args.image)]
-
-    ray.init(address=args.address)
-    actors = [
-        SimWorker.options(num_cpus=args.cpus_per_worker, max_restarts=args.max_restarts,
-                          max_task_retries=-1).remote(cmd, args.max_worker_restarts)
-        for _ in range(args.workers)
-    ]
-    infos = ray.get([a.endpoint_info.remote() for a in actors])
+        ray.init(num_cpus=args.num_cpus, include_dashboard=False)
+    actors, infos = start_workers(cmd, args.workers, args.cpus_per_worker, args.max_restarts,
+                                  args.max_worker_restarts)
     if args.json:
         print(json.dumps(infos))
     else:

@@ -28,7 +28,7 @@ use crate::worker::{Health, Outcome, Worker, exchange, handshake_all, same_spec}
 /// Pool settings. Defaults suit the real LIBERO server (a step of 8
 /// rendering environments takes about 1.5 s on two cores).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PoolConfig {
     /// Pool slots; `None`: every slot of the workers that answered at connect.
     pub num_envs: Option<usize>,

@@ -25,6 +25,9 @@ pub struct EnvConfig {
     pub endpoints: Vec<String>,
     pub sim: SimConfig,
     pub libero: LiberoEnvConfig,
+    /// Client pool settings for `bridge` and `libero` (timeouts, reconnect;
+    /// `num_envs` here is ignored: see `env.num_envs`).
+    pub pool: wmrl_bridge::PoolConfig,
 }
 
 impl Default for EnvConfig {
@@ -35,6 +38,7 @@ impl Default for EnvConfig {
             endpoints: Vec::new(),
             sim: SimConfig::default(),
             libero: LiberoEnvConfig::default(),
+            pool: wmrl_bridge::PoolConfig::default(),
         }
     }
 }
@@ -82,7 +86,10 @@ pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
     Ok(match cfg.backend.as_str() {
         "bridge" => Box::new(wmrl_bridge::BridgePool::connect(
             &cfg.endpoints,
-            wmrl_bridge::PoolConfig::default(),
+            wmrl_bridge::PoolConfig {
+                num_envs: None,
+                ..cfg.pool.clone()
+            },
         )?),
         "libero" => {
             let l = &cfg.libero;
@@ -122,7 +129,7 @@ pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
                 l.workers,
                 wmrl_bridge::PoolConfig {
                     num_envs: Some(cfg.num_envs.min(l.workers * l.envs_per_worker)),
-                    ..wmrl_bridge::PoolConfig::default()
+                    ..cfg.pool.clone()
                 },
             )?)
         }

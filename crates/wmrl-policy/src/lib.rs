@@ -49,7 +49,7 @@ pub use grpo::{GrpoBatch, GrpoConfig, GrpoStats, grpo_loss, nll_loss};
 pub use input::{PolicyInput, normalize_proprio, resize_frame};
 pub use model::PreparedInputs;
 pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
-pub use policy::{Policy, Sample, TokenStats};
+pub use policy::{Policy, Sample, TokenStats, sample_row};
 pub use progress::Progress;
 pub use runconfig::{RunConfig, apply_overrides};
 pub use sft::{PROPRIO_STD_FLOOR, SftConfig, SftDataset, SftReport, can_resume, train_sft};

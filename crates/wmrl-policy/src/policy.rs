@@ -350,6 +350,27 @@ impl Policy {
 /// Draw one token from logits; returns (token, log-prob under the sampling
 /// distribution). Sums in f64 so the log-prob matches the tensor path.
 fn draw(logits: &[f32], temperature: f32, rng: &mut ChaCha8Rng) -> (u32, f32) {
+    // A uniform is drawn only when sampling (greedy consumes none).
+    let u = if temperature > 0.0 {
+        rng.random::<f64>()
+    } else {
+        0.0
+    };
+    let (k, lp, _) = pick(logits, temperature, u, false);
+    (k, lp)
+}
+
+/// One action token from its row of logits with the uniform `u` in [0, 1):
+/// (token, its log-prob under `softmax(logits / T)`, the row's entropy).
+/// Inverse-CDF sampling in f64, exactly what [`Policy::sample`] does with
+/// its ChaCha8 uniforms; `temperature <= 0` is greedy (first maximum, plain
+/// softmax). The CPU reference of the GPU kernel `sample_action_tokens`
+/// (kernels/action_head.cu).
+pub fn sample_row(logits: &[f32], temperature: f32, u: f64) -> (u32, f32, f32) {
+    pick(logits, temperature, u, true)
+}
+
+fn pick(logits: &[f32], temperature: f32, u: f64, with_entropy: bool) -> (u32, f32, f32) {
     let t = if temperature > 0.0 {
         f64::from(temperature)
     } else {
@@ -360,7 +381,7 @@ fn draw(logits: &[f32], temperature: f32, rng: &mut ChaCha8Rng) -> (u32, f32) {
     let sum: f64 = z.iter().map(|v| (v - max).exp()).sum();
     let lse = max + sum.ln();
     let k = if temperature > 0.0 {
-        let u: f64 = rng.random::<f64>() * sum;
+        let u: f64 = u * sum;
         let mut acc = 0.0;
         let mut pick = z.len() - 1;
         for (i, v) in z.iter().enumerate() {
@@ -379,5 +400,15 @@ fn draw(logits: &[f32], temperature: f32, rng: &mut ChaCha8Rng) -> (u32, f32) {
             })
             .0
     };
-    (k as u32, (z[k] - lse) as f32)
+    let entropy = if with_entropy {
+        -z.iter()
+            .map(|v| {
+                let lp = v - lse;
+                lp.exp() * lp
+            })
+            .sum::<f64>()
+    } else {
+        0.0
+    };
+    (k as u32, (z[k] - lse) as f32, entropy as f32)
 }

@@ -207,6 +207,16 @@ impl Raster {
         let (x0, y0, z0) = proj(a);
         let (x1, y1, z1) = proj(b);
         let (x2, y2, z2) = proj(c);
+        self.fill_screen_tri([x0, y0, z0, x1, y1, z1, x2, y2, z2], col);
+    }
+
+    /// The per-pixel stage of drawing one triangle, given in screen space
+    /// (`[x0, y0, z0, x1, y1, z1, x2, y2, z2]`, pixels and inverse depth):
+    /// pixel centres inside all three edge functions pass the depth test
+    /// `z > depth` and take `col`. The GPU rasteriser (kernels/raster.cu)
+    /// mirrors this.
+    pub fn fill_screen_tri(&mut self, t: [f32; 9], col: [u8; 3]) {
+        let [x0, y0, z0, x1, y1, z1, x2, y2, z2] = t;
         let area = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0);
         if area.abs() < 1e-9 {
             return;

@@ -12,6 +12,9 @@ use crate::config::{CalibrationConfig, CalibrationMode, ScoreRange};
 use crate::error::check_finite;
 use crate::{CoreError, Result};
 
+/// Batches at least this long are mapped on several threads.
+const PARALLEL_MIN: usize = 1 << 16;
+
 /// Weighted pool-adjacent-violators on points already sorted by x: returns
 /// the non-decreasing least-squares fit, one value per input point.
 pub fn pav(ys: &[f64], ws: &[f64]) -> Vec<f64> {
@@ -118,45 +121,79 @@ impl IsotonicMap {
         }
         // First knot strictly greater than x; 1 <= i <= n-1 here.
         let i = self.xs.partition_point(|&k| k <= x);
-        let (x0, x1, y0, y1) = (self.xs[i - 1], self.xs[i], self.ys[i - 1], self.ys[i]);
-        y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+        self.on_segment(i - 1, x)
     }
 
-    /// [`Self::eval`] over many scores (same values): a bucket table over
-    /// the knots' span gives each score its segment in O(1) instead of a
-    /// binary search.
+    /// The linear piece starting at knot `j`, at `x` (the one formula both
+    /// evaluators use, so they agree to the bit).
+    #[inline]
+    fn on_segment(&self, j: usize, x: f64) -> f64 {
+        let slope = (self.ys[j + 1] - self.ys[j]) / (self.xs[j + 1] - self.xs[j]);
+        self.ys[j] + slope * (x - self.xs[j])
+    }
+
+    /// [`Self::eval`] over many scores (same values, to the bit): a table of
+    /// equal-width buckets over the knots' span gives each score its linear
+    /// piece in O(1) (slope and offset precomputed); only the few buckets
+    /// that contain a knot search.
     pub fn eval_many(&self, xs: &[f64]) -> Vec<f64> {
+        const MIXED: u32 = u32::MAX;
         let n = self.xs.len();
         let (x0, xn) = (self.xs[0], self.xs[n - 1]);
         let (y0, yn) = (self.ys[0], self.ys[n - 1]);
-        let buckets = (4 * n).clamp(64, 1 << 16);
-        let inv = buckets as f64 / (xn - x0);
-        // Each bucket starts its scan at the first knot above the previous
-        // bucket's start: never past the answer, whatever the rounding.
-        let start: Vec<u32> = (0..buckets)
+        let buckets = (64 * n).clamp(1024, 1 << 16);
+        let width = (xn - x0) / buckets as f64;
+        let inv = 1.0 / width;
+        let slope: Vec<f64> = (0..n - 1)
+            .map(|j| (self.ys[j + 1] - self.ys[j]) / (self.xs[j + 1] - self.xs[j]))
+            .collect();
+        // A bucket whose range, widened by a bucket on each side (so that
+        // rounding in the bucket index cannot matter), holds no knot lies
+        // on one piece: the one starting at the last knot <= its start.
+        let seg: Vec<u32> = (0..buckets)
             .map(|b| {
-                let lo = x0 + (b as f64 - 1.0) / inv;
-                self.xs.partition_point(|&k| k <= lo).max(1) as u32
+                let lo = x0 + (b as f64 - 1.0) * width;
+                let hi = x0 + (b as f64 + 2.0) * width;
+                let first_above_lo = self.xs.partition_point(|&k| k <= lo);
+                let first_above_hi = self.xs.partition_point(|&k| k <= hi);
+                if first_above_lo == first_above_hi && first_above_lo >= 1 && first_above_lo < n {
+                    (first_above_lo - 1) as u32
+                } else {
+                    MIXED
+                }
             })
             .collect();
         let (kx, ky) = (&self.xs[..], &self.ys[..]);
-        xs.iter()
-            .map(|&x| {
-                if x <= x0 {
-                    return y0;
-                }
-                if x >= xn {
-                    return yn;
-                }
-                let b = (((x - x0) * inv) as usize).min(buckets - 1);
-                let mut i = start[b] as usize;
-                while kx[i] <= x {
-                    i += 1;
-                }
-                let (xa, xb, ya, yb) = (kx[i - 1], kx[i], ky[i - 1], ky[i]);
-                ya + (yb - ya) * (x - xa) / (xb - xa)
-            })
-            .collect()
+        let one = |x: f64| -> f64 {
+            if x <= x0 {
+                return y0;
+            }
+            if x >= xn {
+                return yn;
+            }
+            let b = (((x - x0) * inv) as usize).min(buckets - 1);
+            let j = match seg[b] {
+                MIXED => kx.partition_point(|&k| k <= x) - 1,
+                j => j as usize,
+            };
+            ky[j] + slope[j] * (x - kx[j])
+        };
+        let mut out = vec![0.0; xs.len()];
+        // Large batches (a step's scores are thousands; a replay of a whole
+        // buffer, millions) are split over the machine's cores.
+        let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+        if xs.len() < PARALLEL_MIN || threads < 2 {
+            out.iter_mut().zip(xs).for_each(|(o, &x)| *o = one(x));
+            return out;
+        }
+        let per = xs.len().div_ceil(threads);
+        std::thread::scope(|sc| {
+            for (o, x) in out.chunks_mut(per).zip(xs.chunks(per)) {
+                let one = &one;
+                sc.spawn(move || o.iter_mut().zip(x).for_each(|(o, &x)| *o = one(x)));
+            }
+        });
+        out
     }
 
     pub fn knots(&self) -> (&[f64], &[f64]) {
@@ -344,6 +381,22 @@ mod tests {
             for (&x, &y) in probes.iter().zip(&many) {
                 assert_eq!(y.to_bits(), m.eval(x).to_bits(), "n={n} x={x}");
             }
+        }
+    }
+
+    #[test]
+    fn eval_many_on_threads_equals_eval() {
+        let mut rng = crate::rng::SplitMix64::new(4);
+        let xs: Vec<f64> = (0..200).map(|_| rng.unit()).collect();
+        let ys: Vec<f64> = xs.iter().map(|&x| x.sqrt()).collect();
+        let m = IsotonicMap::fit_binned(&xs, &ys, 10, 0.0, 1.0).expect("fit");
+        let probes: Vec<f64> = (0..3 * PARALLEL_MIN)
+            .map(|_| 1.2 * rng.unit() - 0.1)
+            .collect();
+        let many = m.eval_many(&probes);
+        assert_eq!(many.len(), probes.len());
+        for (&x, &y) in probes.iter().zip(&many) {
+            assert_eq!(y.to_bits(), m.eval(x).to_bits(), "x={x}");
         }
     }
 

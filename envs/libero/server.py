@@ -245,7 +245,9 @@ def handle(slots, server_id, body):
             slots.close_session()
             return [reply(req_id)]
         if op in ("reset", "step"):
-            items = head.get("resets" if op == "reset" else "actions", [])
+            # nil equals absent (docs/protocol.md): an empty list.
+            items = head.get("resets" if op == "reset" else "actions")
+            items = [] if items is None else items
             if not isinstance(items, list) or not all(isinstance(x, dict) for x in items):
                 raise WireError("bad_message", f"{op} needs a list of maps")
             results, frames = slots.reset(items) if op == "reset" else slots.step(items)

@@ -48,6 +48,15 @@ pub struct WireAction {
     pub action: Vec<f32>,
 }
 
+/// `nil` equals an absent list (docs/protocol.md).
+fn nil_as_empty<'de, D, T>(d: D) -> std::result::Result<Vec<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Ok(Option::<Vec<T>>::deserialize(d)?.unwrap_or_default())
+}
+
 /// Part 0 of a request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RequestHeader {
@@ -56,9 +65,9 @@ pub struct RequestHeader {
     /// Request id, echoed in the reply.
     pub id: u64,
     pub op: Op,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nil_as_empty")]
     pub resets: Vec<WireReset>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nil_as_empty")]
     pub actions: Vec<WireAction>,
 }
 
@@ -341,6 +350,29 @@ pub fn wire_reset(slot: usize, r: &ResetRequest) -> WireReset {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nil_lists_equal_absent_ones() {
+        #[derive(Serialize)]
+        struct Raw {
+            v: u32,
+            id: u64,
+            op: &'static str,
+            resets: Option<Vec<WireReset>>,
+            actions: Option<Vec<WireAction>>,
+        }
+        let raw = Raw {
+            v: PROTOCOL_VERSION,
+            id: 7,
+            op: "ping",
+            resets: None,
+            actions: None,
+        };
+        let bytes = rmp_serde::to_vec_named(&raw).expect("encode");
+        let head = decode_request(&[bytes]).expect("nil resets/actions decode as empty");
+        assert!(head.resets.is_empty() && head.actions.is_empty());
+        assert_eq!(head.id, 7);
+    }
 
     #[test]
     fn request_round_trips_and_is_a_named_map() {

@@ -11,8 +11,7 @@ cd "$(dirname "$0")/../.."
 bin=target/debug/wmrl
 [ -x "$bin" ] || cargo build -q -p wmrl-cli
 root=$(mktemp -d)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$root"' EXIT
-echo "$root" > /tmp/det_root
+trap 'rm -rf "$root"' EXIT
 export RAYON_NUM_THREADS=1
 # Both runs use the same paths (the run's config.toml names them), then move.
 for k in a b; do

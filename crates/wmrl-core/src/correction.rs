@@ -137,10 +137,6 @@ impl CorrectionLoop {
         scorers: &mut dyn Scorers,
     ) -> Result<StepOutcome> {
         let n = group_sizes.len();
-        if let Some(g) = group_sizes.iter().position(|&s| s == 0) {
-            return Err(CoreError::EmptyGroup { group: g });
-        }
-        let all: Vec<usize> = (0..n).collect();
         let arm = self.arm;
 
         // World-model scores (raw) for every group: one batched pass.
@@ -148,7 +144,7 @@ impl CorrectionLoop {
 
         // 1. Choose anchors.
         let anchors: Vec<usize> = if arm.all_real() {
-            all.clone()
+            (0..n).collect()
         } else if !arm.uses_real() {
             Vec::new()
         } else {
@@ -171,9 +167,6 @@ impl CorrectionLoop {
         scorers: &mut dyn Scorers,
     ) -> Result<StepOutcome> {
         let n = group_sizes.len();
-        if let Some(g) = group_sizes.iter().position(|&s| s == 0) {
-            return Err(CoreError::EmptyGroup { group: g });
-        }
         if anchors.windows(2).any(|w| w[0] >= w[1]) || anchors.iter().any(|&g| g >= n) {
             return Err(CoreError::Shape(format!(
                 "anchors {anchors:?} must be ascending, distinct group indices below {n}"
@@ -189,11 +182,16 @@ impl CorrectionLoop {
         self.run_step(group_sizes, wm_raw, anchors.to_vec(), scorers)
     }
 
+    /// Check the group sizes, then the raw world-model scores of every
+    /// group (arms that read the world model).
     fn world_model_scores(
         &self,
         group_sizes: &[usize],
         scorers: &mut dyn Scorers,
     ) -> Result<Option<Vec<Vec<f64>>>> {
+        if let Some(g) = group_sizes.iter().position(|&s| s == 0) {
+            return Err(CoreError::EmptyGroup { group: g });
+        }
         if !self.arm.uses_world_model() {
             return Ok(None);
         }

@@ -94,16 +94,12 @@ pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
         "libero" => {
             let l = &cfg.libero;
             for (what, p) in [
-                ("env.libero.python", &l.python),
-                ("env.libero.server", &l.server),
+                ("LIBERO venv interpreter (env.libero.python)", &l.python),
+                ("LIBERO server script (env.libero.server)", &l.server),
             ] {
                 if !p.exists() {
                     return Err(TrainError::Missing {
-                        what: if what.ends_with("python") {
-                            "LIBERO venv interpreter"
-                        } else {
-                            "LIBERO server script"
-                        },
+                        what,
                         path: p.display().to_string(),
                         hint: "run scripts/setup (scripts/setup.d/30-libero.sh builds envs/libero/.venv) from the repository root, or set env.libero.python / env.libero.server",
                     });

@@ -511,34 +511,29 @@ impl Trainer {
             grads.push(acc);
         }
         let (a, b) = (&grads[0], &grads[1]);
-        let cosine = |lo: usize, hi: usize| -> Option<f64> {
-            let (a, b) = (&a[lo..hi], &b[lo..hi]);
-            let dot: f64 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-            let na: f64 = a.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let nb: f64 = b.iter().map(|x| x * x).sum::<f64>().sqrt();
-            (na > 0.0 && nb > 0.0).then(|| dot / (na * nb))
-        };
         // Per part of the network: does any part carry a signal the whole
-        // gradient's noise hides? The layout is in name order, so a part's
-        // parameters need not be contiguous: gather them.
-        let mut parts: BTreeMap<String, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        // gradient's noise hides? Each part's (a.b, a.a, b.b); the whole
+        // network's are their sums.
+        let mut parts: BTreeMap<String, [f64; 3]> = BTreeMap::new();
         let mut off = 0;
         for (name, n) in self.optimizer.layout() {
             let e = parts.entry(network_part(&name).to_string()).or_default();
-            e.0.extend_from_slice(&a[off..off + n]);
-            e.1.extend_from_slice(&b[off..off + n]);
+            for (x, y) in a[off..off + n].iter().zip(&b[off..off + n]) {
+                e[0] += x * y;
+                e[1] += x * x;
+                e[2] += y * y;
+            }
             off += n;
         }
+        let cosine = |[ab, aa, bb]: [f64; 3]| (aa > 0.0 && bb > 0.0).then(|| ab / (aa * bb).sqrt());
+        let whole = parts
+            .values()
+            .fold([0.0; 3], |s, p| [s[0] + p[0], s[1] + p[1], s[2] + p[2]]);
         let by_part = parts
             .into_iter()
-            .filter_map(|(k, (pa, pb))| {
-                let dot: f64 = pa.iter().zip(&pb).map(|(x, y)| x * y).sum();
-                let na: f64 = pa.iter().map(|x| x * x).sum::<f64>().sqrt();
-                let nb: f64 = pb.iter().map(|x| x * x).sum::<f64>().sqrt();
-                (na > 0.0 && nb > 0.0).then(|| (k, dot / (na * nb)))
-            })
+            .filter_map(|(k, p)| cosine(p).map(|c| (k, c)))
             .collect();
-        Ok(cosine(0, a.len()).map(|c| (c, by_part)))
+        Ok(cosine(whole).map(|c| (c, by_part)))
     }
 
     /// Evaluate the current policy on a split, record it, and return it.

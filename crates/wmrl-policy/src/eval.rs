@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use wmrl_env::{Frame, Observation, ResetRequest, VecEnv};
+use wmrl_env::{Episode, EpisodeStep, Frame, Observation, ResetRequest, VecEnv};
 
 use crate::checkpoint::write_json;
 use crate::error::io_err;
@@ -40,6 +40,15 @@ pub struct EvalConfig {
     pub n_gifs: usize,
     /// Keep every n-th frame in a GIF.
     pub gif_stride: usize,
+    /// Write every episode (each step's frames, proprio, the action taken
+    /// and the oracle progress) in the episode format (docs/episodes.md)
+    /// to this directory, as `ep_NNNNNN.msgpack` numbered by the episode's
+    /// position in the evaluation (task-major, then initial state, then
+    /// repeat); none when unset. `wmrl sft` reads such a directory like
+    /// demonstrations (successful episodes only, by default).
+    pub episode_dir: Option<PathBuf>,
+    /// With `episode_dir`: write only the successful episodes.
+    pub episode_successes_only: bool,
 }
 
 impl Default for EvalConfig {
@@ -55,6 +64,8 @@ impl Default for EvalConfig {
             gif_dir: None,
             n_gifs: 3,
             gif_stride: 2,
+            episode_dir: None,
+            episode_successes_only: false,
         }
     }
 }
@@ -168,6 +179,8 @@ struct Running {
     prev_frame: Option<Frame>,
     steps: usize,
     gif: Option<Vec<Frame>>,
+    /// The steps so far, when episodes are written.
+    record: Option<Vec<EpisodeStep>>,
 }
 
 /// Run every (task, init state) episode of `cfg` and report success.
@@ -260,6 +273,7 @@ pub fn evaluate_with_progress(
                     prev_frame: None,
                     steps: 0,
                     gif,
+                    record: cfg.episode_dir.as_ref().map(|_| Vec::new()),
                 });
             }
         }
@@ -310,6 +324,14 @@ pub fn evaluate_with_progress(
             for ((s, k), res) in live.into_iter().zip(out) {
                 let Some(r) = slots[s].as_mut() else { continue };
                 r.steps += 1;
+                if let Some(rec) = r.record.as_mut() {
+                    rec.push(EpisodeStep {
+                        frames: r.obs.frames.clone(),
+                        proprio: r.obs.proprio.clone(),
+                        action: samples[k].actions[j].to_vec(),
+                        progress: r.obs.progress,
+                    });
+                }
                 if let (Some(g), Some(f)) = (r.gif.as_mut(), res.obs.frames.first())
                     && r.steps % cfg.gif_stride.max(1) == 0
                 {
@@ -328,6 +350,23 @@ pub fn evaluate_with_progress(
                         steps: r.steps,
                         final_progress,
                     });
+                    if let (Some(steps), Some(dir)) = (r.record.take(), &cfg.episode_dir)
+                        && (res.success || !cfg.episode_successes_only)
+                    {
+                        let episode = Episode {
+                            suite: spec.suite.clone(),
+                            task,
+                            init_state,
+                            seed: cfg.seed.wrapping_add(r.ep as u64),
+                            instruction: spec.tasks[task].instruction.clone(),
+                            cameras: spec.cameras.clone(),
+                            success: res.success,
+                            final_progress,
+                            source: format!("policy T={}", cfg.temperature),
+                            steps,
+                        };
+                        wmrl_env::write_episode(dir, r.ep, &episode)?;
+                    }
                     if let (Some(frames), Some(dir)) = (r.gif.take(), &cfg.gif_dir) {
                         let tag = if res.success { "success" } else { "fail" };
                         let path = dir.join(format!("task{task:02}_init{init_state:03}_{tag}.gif"));

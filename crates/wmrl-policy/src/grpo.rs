@@ -8,7 +8,7 @@
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
 
-use crate::{Policy, PolicyError, PreparedInputs, Result};
+use crate::{Policy, PolicyError, PreparedInputs, Result, TokenStats};
 
 /// Loss settings. Defaults are METHOD.md's (clip 0.2, `kl_beta = 0.04`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +74,10 @@ pub struct GrpoBatch {
     /// `[B, T]` reference log-probs, if already computed (see
     /// [`GrpoBatch::with_reference`]).
     pub ref_logprobs: Option<Tensor>,
+    /// `[B, n, d_model]` head inputs, if computed (see
+    /// [`GrpoBatch::with_head_features`]): the loss then trains `lm.head`
+    /// only and skips the network before it.
+    pub features: Option<Tensor>,
 }
 
 impl GrpoBatch {
@@ -120,7 +124,27 @@ impl GrpoBatch {
             advantages: Tensor::from_vec(advantages.to_vec(), (b, 1), dev)?.to_dtype(dt)?,
             mask,
             ref_logprobs: None,
+            features: None,
         })
+    }
+
+    /// Compute the head inputs of every row once (forward passes in chunks
+    /// of [`REFERENCE_CHUNK`] rows, no gradient): from then on the loss
+    /// (and [`GrpoBatch::with_reference`]) runs only `lm.head`. Valid for an
+    /// update that trains `lm.head` alone, while every parameter before it
+    /// stays what `policy` (and the reference) have: the frozen-backbone
+    /// update, whose cost per sample drops from a forward and backward
+    /// through the whole network to one matrix product.
+    pub fn with_head_features(mut self, policy: &Policy) -> Result<Self> {
+        let b = self.batch_size();
+        let mut parts = Vec::new();
+        for start in (0..b).step_by(REFERENCE_CHUNK) {
+            let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
+            let sub = self.select(&idx)?;
+            parts.push(policy.head_features(&sub.inputs, &sub.tokens)?);
+        }
+        self.features = Some(Tensor::cat(&parts, 0)?);
+        Ok(self)
     }
 
     /// Compute and store the reference policy's log-probs once, so inner
@@ -133,11 +157,20 @@ impl GrpoBatch {
         for start in (0..b).step_by(REFERENCE_CHUNK) {
             let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
             let sub = self.select(&idx)?;
-            let s = reference.token_stats(&sub.inputs, &sub.tokens, temperature)?;
+            let s = sub.stats(reference, temperature)?;
             parts.push(s.logprobs.detach());
         }
         self.ref_logprobs = Some(Tensor::cat(&parts, 0)?);
         Ok(self)
+    }
+
+    /// Token statistics of `policy` on this batch: through the head alone
+    /// when the head features are set.
+    fn stats(&self, policy: &Policy, temperature: f32) -> Result<TokenStats> {
+        match &self.features {
+            Some(f) => policy.token_stats_from_features(f, &self.tokens, temperature),
+            None => policy.token_stats(&self.inputs, &self.tokens, temperature),
+        }
     }
 
     pub fn batch_size(&self) -> usize {
@@ -162,6 +195,10 @@ impl GrpoBatch {
                 Some(r) => Some(r.index_select(&ids, 0)?),
                 None => None,
             },
+            features: match &self.features {
+                Some(f) => Some(f.index_select(&ids, 0)?),
+                None => None,
+            },
         })
     }
 }
@@ -179,7 +216,7 @@ pub fn grpo_loss(
     batch: &GrpoBatch,
     cfg: &GrpoConfig,
 ) -> Result<(Tensor, GrpoStats)> {
-    let stats = policy.token_stats(&batch.inputs, &batch.tokens, cfg.temperature)?;
+    let stats = batch.stats(policy, cfg.temperature)?;
     let lp = &stats.logprobs;
     let mask = &batch.mask;
     let n_tok = scalar(&mask.sum_all()?)?.max(1.0);
@@ -197,11 +234,7 @@ pub fn grpo_loss(
     let ref_lp = match (&batch.ref_logprobs, reference) {
         _ if cfg.kl_beta == 0.0 => None,
         (Some(r), _) => Some(r.clone()),
-        (None, Some(p)) => Some(
-            p.token_stats(&batch.inputs, &batch.tokens, cfg.temperature)?
-                .logprobs
-                .detach(),
-        ),
+        (None, Some(p)) => Some(batch.stats(p, cfg.temperature)?.logprobs.detach()),
         (None, None) => None,
     };
     let mut kl_v = 0.0;

@@ -382,6 +382,12 @@ impl Network {
     /// (`[B, k]`, u32, or `None` for `k = 0`) and `n = k + 1`: logits for
     /// tokens `0..=k`, each conditioned on the tokens before it.
     pub fn logits(&self, x: &PreparedInputs, prev: Option<&Tensor>) -> Result<Tensor> {
+        self.head_logits(&self.features(x, prev)?)
+    }
+
+    /// What the action head reads: the final-normed hidden state at every
+    /// action position, `[B, n, d_model]` (`n` as in [`Network::logits`]).
+    pub fn features(&self, x: &PreparedInputs, prev: Option<&Tensor>) -> Result<Tensor> {
         let cfg = &self.cfg;
         let prefix = self.encode_prefix(x)?;
         let (b, p_len, d) = prefix.dims3()?;
@@ -412,8 +418,14 @@ impl Network {
             h = blk.forward(&h, Some(&mask))?;
         }
         let h = h.narrow(1, p_len, n_act)?;
-        let h = rms_norm(&h, &self.final_norm, cfg.norm_eps)?;
-        let logits = self.head.forward(&h)?;
+        rms_norm(&h, &self.final_norm, cfg.norm_eps)
+    }
+
+    /// Action-bin logits from [`Network::features`].
+    pub fn head_logits(&self, features: &Tensor) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (b, n_act, _) = features.dims3()?;
+        let logits = self.head.forward(features)?;
         match cfg.decoding {
             Decoding::Parallel => Ok(logits.reshape((b, n_act * cfg.action_dim, cfg.n_bins))?),
             Decoding::Autoregressive => Ok(logits),

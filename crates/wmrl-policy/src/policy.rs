@@ -213,6 +213,41 @@ impl Policy {
         temperature: f32,
     ) -> Result<TokenStats> {
         let logits = self.chunk_logits(inputs, tokens)?;
+        Self::stats_of_logits(logits, tokens, temperature)
+    }
+
+    /// What the action head reads for these inputs and tokens (the
+    /// final-normed hidden state at every action position, `[B, n,
+    /// d_model]`), detached: everything before `lm.head` computed once.
+    /// An update that trains only `lm.head` (`update.trainable =
+    /// ["lm.head"]`) computes these once per step and then needs only
+    /// [`Policy::token_stats_from_features`], a single matrix product.
+    pub fn head_features(&self, inputs: &PreparedInputs, tokens: &Tensor) -> Result<Tensor> {
+        let h = match self.config.decoding {
+            Decoding::Parallel => self.net.features(inputs, None)?,
+            Decoding::Autoregressive => {
+                let t = self.config.tokens_per_call();
+                let prev = tokens.narrow(1, 0, t - 1)?;
+                self.net.features(inputs, Some(&prev))?
+            }
+        };
+        Ok(h.detach())
+    }
+
+    /// [`Policy::token_stats`] from [`Policy::head_features`]: equal to it
+    /// when the features came from a policy whose parameters before
+    /// `lm.head` are this one's; differentiable in `lm.head` only.
+    pub fn token_stats_from_features(
+        &self,
+        features: &Tensor,
+        tokens: &Tensor,
+        temperature: f32,
+    ) -> Result<TokenStats> {
+        let logits = self.net.head_logits(features)?;
+        Self::stats_of_logits(logits, tokens, temperature)
+    }
+
+    fn stats_of_logits(logits: Tensor, tokens: &Tensor, temperature: f32) -> Result<TokenStats> {
         let logits = if temperature > 0.0 && temperature != 1.0 {
             (logits / f64::from(temperature))?
         } else {

@@ -269,6 +269,85 @@ fn reference_logprobs_in_chunks_equal_one_pass() {
 }
 
 #[test]
+fn head_feature_loss_equals_the_full_loss_and_its_head_gradient() {
+    for decoding in [Decoding::Parallel, Decoding::Autoregressive] {
+        let mut cfg = tiny_cfg(decoding);
+        cfg.d_model = 16;
+        cfg.mlp_hidden = 24;
+        cfg.vision_width = 16;
+        let p = Policy::new(cfg, &Device::Cpu, DType::F32).expect("policy");
+        // A reference that differs in the head only (a frozen-backbone
+        // update's reference), so the KL term is not zero.
+        let r = p.deep_clone().expect("clone");
+        let w = r.vars()["lm.head.weight"].as_tensor();
+        let bumped = (w + w.randn_like(0.0, 0.05).expect("noise")).expect("add");
+        r.vars()["lm.head.weight"].set(&bumped).expect("set");
+        let xs = inputs(6);
+        let samples = p.sample(&xs, 0.7, 3).expect("sample");
+        let tokens: Vec<Vec<u32>> = samples.iter().map(|s| s.tokens.clone()).collect();
+        let old: Vec<Vec<f32>> = samples
+            .iter()
+            .map(|s| s.logprobs.iter().map(|l| l - 0.1).collect())
+            .collect();
+        let adv = [1.0, -0.5, 0.25, -1.0, 0.5, -0.25];
+        let full = GrpoBatch::new(&p, p.prepare(&xs).expect("prep"), &tokens, &old, &adv, None)
+            .expect("batch");
+        let fast = full
+            .clone()
+            .with_head_features(&p)
+            .expect("features")
+            .with_reference(&r, 0.7)
+            .expect("reference");
+        let full = full.with_reference(&r, 0.7).expect("reference");
+        let cfg = GrpoConfig {
+            temperature: 0.7,
+            entropy_coef: 0.01,
+            ..GrpoConfig::default()
+        };
+        let (l_full, s_full) = grpo_loss(&p, None, &full, &cfg).expect("loss");
+        let (l_fast, s_fast) = grpo_loss(&p, None, &fast, &cfg).expect("loss");
+        assert!(s_full.kl_ref > 0.0, "{decoding:?}: the KL term is live");
+        assert!(
+            (s_full.loss - s_fast.loss).abs() < 1e-5,
+            "{decoding:?}: loss {} vs {}",
+            s_full.loss,
+            s_fast.loss
+        );
+        let head = p.vars()["lm.head.weight"].as_tensor();
+        let g_full = l_full
+            .backward()
+            .expect("bwd")
+            .get(head)
+            .expect("g")
+            .clone();
+        let g_fast_all = l_fast.backward().expect("bwd");
+        let g_fast = g_fast_all.get(head).expect("g");
+        let diff = (&g_full - g_fast)
+            .expect("diff")
+            .abs()
+            .expect("abs")
+            .max_all()
+            .expect("max")
+            .to_scalar::<f32>()
+            .expect("scalar");
+        let scale = g_full
+            .abs()
+            .expect("abs")
+            .max_all()
+            .expect("max")
+            .to_scalar::<f32>()
+            .expect("scalar");
+        assert!(
+            scale > 0.0 && diff < 1e-4 * scale.max(1.0),
+            "{decoding:?}: {diff} of {scale}"
+        );
+        // Nothing before the head is in the fast loss's graph.
+        let before = p.vars()["lm.final_norm.weight"].as_tensor();
+        assert!(g_fast_all.get(before).is_none(), "{decoding:?}");
+    }
+}
+
+#[test]
 fn grpo_loss_gradient_matches_finite_differences() {
     let mut cfg = tiny_cfg(Decoding::Autoregressive);
     cfg.d_model = 16;
@@ -510,6 +589,71 @@ pub(crate) fn expert_episodes(n_per_task: usize) -> Vec<Episode> {
         }
     }
     out
+}
+
+/// `EvalConfig::episode_dir` writes every evaluated episode in the episode
+/// format: one file per episode, the steps the environment took, the
+/// actions the policy executed (bin centres), the outcome the report gives;
+/// with `episode_successes_only` only the successes; and the files load as
+/// SFT data (the self-imitation path: `wmrl eval --save-episodes`, then
+/// `wmrl sft --init`).
+#[test]
+fn evaluation_writes_its_episodes_and_they_load_as_sft_data() {
+    let cfg = tiny_cfg(Decoding::Parallel);
+    let policy = Policy::new(cfg.clone(), &Device::Cpu, DType::F32).expect("policy");
+    let envs: Vec<LineEnv> = (0..3).map(|_| LineEnv::new()).collect();
+    let mut env = LocalVecEnv::new(envs).expect("env");
+    let dir = tempfile::tempdir().expect("tmp");
+    let ecfg = EvalConfig {
+        init_states: vec![0, 1, 2, 3],
+        temperature: 1.0,
+        repeats: 2,
+        episode_dir: Some(dir.path().to_path_buf()),
+        ..EvalConfig::default()
+    };
+    let report = evaluate(&policy, &mut env, &ecfg).expect("eval");
+    let files = wmrl_env::list_episodes(dir.path()).expect("list");
+    assert_eq!(files.len(), report.episodes.len());
+    let tok = ActionTokenizer::new(cfg.n_bins);
+    let mut successes = 0;
+    for (i, path) in files.iter().enumerate() {
+        let ep = wmrl_env::read_episode(path).expect("read");
+        let r = &report.episodes[i];
+        assert_eq!(
+            (ep.task, ep.init_state, ep.success),
+            (r.task, r.init_state, r.success)
+        );
+        assert_eq!(ep.steps.len(), r.steps, "episode {i}");
+        for st in &ep.steps {
+            // Executed actions are bin centres: they tokenize back exactly.
+            let back = tok.decode_all(&tok.encode_all(&st.action));
+            let err = back
+                .iter()
+                .zip(&st.action)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(err < 1e-5, "episode {i}: {err}");
+        }
+        successes += usize::from(ep.success);
+    }
+    assert_eq!(successes, report.overall.successes);
+    if successes > 0 {
+        let data = SftDataset::from_dir(&cfg, dir.path(), None, false).expect("sft data");
+        assert_eq!(data.n_episodes, successes);
+    }
+    let only = tempfile::tempdir().expect("tmp");
+    let report2 = evaluate(
+        &policy,
+        &mut env,
+        &EvalConfig {
+            episode_dir: Some(only.path().to_path_buf()),
+            episode_successes_only: true,
+            ..ecfg.clone()
+        },
+    )
+    .expect("eval");
+    let kept = wmrl_env::list_episodes(only.path()).expect("list");
+    assert_eq!(kept.len(), report2.overall.successes);
 }
 
 #[test]

@@ -173,6 +173,47 @@ pub enum LossNorm {
     Rollout,
 }
 
+/// Where per-chunk credit comes from (see [`CreditConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CreditSource {
+    /// No per-chunk credit: every chunk of a rollout has its advantage.
+    #[default]
+    None,
+    /// The environment's privileged progress oracle (the embedded
+    /// simulator's goal sub-steps, docs/sim.md). A diagnostic: it tells
+    /// whether per-decision credit gives the update a signal, with a
+    /// progress signal that is never wrong.
+    Oracle,
+}
+
+/// Per-chunk credit: each chunk's advantage gets `weight` times its
+/// group-normalised progress return `c_k = sum_{j >= k} lambda^(j-k)
+/// (p_{j+1} - p_j)`, where `p_j` is the progress at policy call `j` (and
+/// `p_K` at the end). A chunk that made (or led to) progress is credited,
+/// not the whole rollout alike: the progress signal used as a value
+/// function, as in GAE with the progress as critic.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CreditConfig {
+    pub source: CreditSource,
+    /// Weight of the normalised chunk credit beside the rollout's advantage.
+    pub weight: f64,
+    /// Decay of future progress in the chunk's return (0: the chunk's own
+    /// progress only; 1: everything after it).
+    pub lambda: f64,
+}
+
+impl Default for CreditConfig {
+    fn default() -> Self {
+        Self {
+            source: CreditSource::None,
+            weight: 1.0,
+            lambda: 0.8,
+        }
+    }
+}
+
 /// The policy update.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -207,6 +248,8 @@ pub struct UpdateConfig {
     /// start's values. Empty (the default) trains every parameter. Names are
     /// those of model.safetensors (`vision.*`, `projector.*`, `lm.*`).
     pub trainable: Vec<String>,
+    /// Per-chunk credit from a progress signal (off by default).
+    pub credit: CreditConfig,
     pub loss: GrpoConfig,
     pub optim: OptimConfig,
 }
@@ -220,6 +263,7 @@ impl Default for UpdateConfig {
             measure_grad_snr: false,
             loss_norm: LossNorm::Token,
             trainable: Vec::new(),
+            credit: CreditConfig::default(),
             loss: GrpoConfig::default(),
             optim: OptimConfig {
                 lr: 5e-5,
@@ -477,6 +521,13 @@ impl TrainConfig {
                     self.update.loss.temperature, r.temperature
                 ),
             ));
+        }
+        let c = &self.update.credit;
+        if !(c.weight >= 0.0 && c.weight.is_finite()) {
+            return Err(bad("update.credit.weight", "must be finite and >= 0"));
+        }
+        if !(0.0..=1.0).contains(&c.lambda) {
+            return Err(bad("update.credit.lambda", "must lie in [0, 1]"));
         }
         if r.train_init_states[0] > r.train_init_states[1] {
             return Err(bad(

@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod credit;
 mod error;
 pub mod metrics;
 pub mod plot;
@@ -14,6 +15,8 @@ pub mod rollout;
 pub mod stats;
 pub mod trainer;
 
-pub use config::{EnvConfig, LiberoEnvConfig, LossNorm, TrainConfig, make_env};
+pub use config::{
+    CreditConfig, CreditSource, EnvConfig, LiberoEnvConfig, LossNorm, TrainConfig, make_env,
+};
 pub use error::{Result, TrainError};
 pub use trainer::{RunSummary, Trainer};

@@ -36,6 +36,10 @@ pub struct StepMetrics {
     /// update with `update.skip_flat_groups`.
     #[serde(default)]
     pub flat_groups: usize,
+    /// Groups whose chunks got a per-chunk credit that varies
+    /// (`[update.credit]`); they enter the update even when flat.
+    #[serde(default)]
+    pub credit_groups: usize,
     /// Cosine between the policy gradients of two halves of every group's
     /// rollouts (same prompts, independent samples): near 0 means the
     /// step's gradient is noise (`update.measure_grad_snr`).

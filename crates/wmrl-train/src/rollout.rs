@@ -35,6 +35,10 @@ pub struct Rollout {
     pub chunks: Vec<ChunkRecord>,
     /// Agent-view frames at every policy call and the last one.
     pub frames: Vec<Frame>,
+    /// The environment's oracle progress at the same observations as
+    /// `frames` (`None` where the environment has no oracle, e.g. the real
+    /// LIBERO simulator).
+    pub progress: Vec<Option<f32>>,
     pub success: bool,
     pub steps: usize,
     /// Times the environment restarted this episode (dead worker).
@@ -88,6 +92,7 @@ pub fn collect(
                         .unwrap_or_default(),
                     chunks: Vec::new(),
                     frames: Vec::new(),
+                    progress: Vec::new(),
                     success: false,
                     steps: 0,
                     restarts: 0,
@@ -142,6 +147,9 @@ pub fn collect(
                 let l = &mut live[i];
                 if let Some(f) = input.frames.first() {
                     l.rollout.frames.push(f.clone());
+                    l.rollout
+                        .progress
+                        .push(l.obs.as_ref().and_then(|o| o.progress));
                     l.prev_frame = Some(f.clone());
                 }
                 l.rollout.chunks.push(ChunkRecord {
@@ -176,6 +184,7 @@ pub fn collect(
                         // reset; what was collected of it is void.
                         l.rollout.chunks.clear();
                         l.rollout.frames.clear();
+                        l.rollout.progress.clear();
                         l.rollout.steps = 0;
                         l.rollout.success = false;
                         l.rollout.restarts += 1;
@@ -207,9 +216,11 @@ pub fn collect(
                     c.mask[..n_tok].iter_mut().for_each(|m| *m = 1.0);
                 }
                 if l.done
-                    && let Some(f) = l.obs.as_ref().and_then(|o| o.frames.first())
+                    && let Some(o) = l.obs.as_ref()
+                    && let Some(f) = o.frames.first()
                 {
                     l.rollout.frames.push(f.clone());
+                    l.rollout.progress.push(o.progress);
                 }
             }
         }

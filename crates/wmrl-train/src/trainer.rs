@@ -15,7 +15,7 @@ use wmrl_policy::{
 };
 use wmrl_worldmodel::{RolloutFrames, WorldModel};
 
-use crate::config::{LossNorm, TrainConfig};
+use crate::config::{CreditSource, LossNorm, TrainConfig};
 use crate::error::io_err;
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
 use crate::rollout::{EpisodeSpec, Rollout, collect};
@@ -325,21 +325,28 @@ impl Trainer {
         let (mut tokens, mut old, mut adv, mut mask) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let mut flat_groups = 0usize;
+        let mut credit_groups = 0usize;
         // The rollouts that enter the update: (group, index in group,
-        // rollout, advantage).
-        let mut included: Vec<(usize, usize, &Rollout, f64)> = Vec::new();
+        // rollout, advantage, per-chunk credit).
+        let mut included: Vec<(usize, usize, &Rollout, f64, Vec<f64>)> = Vec::new();
         for (gi, group) in outcome.advantages.iter().enumerate() {
+            let members = &rollouts[gi * g..(gi + 1) * g];
+            let credit = self.chunk_credit(members, group);
+            let credit_live = credit.iter().flatten().any(|c| c.abs() > 1e-9);
+            credit_groups += usize::from(credit_live);
             // Rewards equal up to rounding give advantages of about 1e-17.
             let flat = group.iter().flatten().all(|a| a.abs() < 1e-9);
             if flat && group.iter().any(Option::is_some) {
                 flat_groups += 1;
             }
-            if flat && self.cfg.update.skip_flat_groups {
+            if flat && !credit_live && self.cfg.update.skip_flat_groups {
                 continue;
             }
-            for (ri, (r, a)) in rollouts[gi * g..(gi + 1) * g].iter().zip(group).enumerate() {
+            let mut credit = credit.into_iter();
+            for (ri, (r, a)) in members.iter().zip(group).enumerate() {
                 if let Some(a) = a {
-                    included.push((gi, ri, r, *a));
+                    let c = credit.next().unwrap_or_default();
+                    included.push((gi, ri, r, *a, c));
                 }
             }
         }
@@ -352,7 +359,9 @@ impl Trainer {
         // every sample, for the gradient-noise diagnostic.
         let mut sample_group = Vec::new();
         let mut ordinal = 0usize;
-        for (k, &(gi, ri, r, a)) in included.iter().enumerate() {
+        let w_credit = self.cfg.update.credit.weight;
+        for (k, (gi, ri, r, a, credit)) in included.iter().enumerate() {
+            let (gi, ri, a) = (*gi, *ri, *a);
             if k > 0 && included[k - 1].0 != gi {
                 ordinal += 1;
             }
@@ -362,7 +371,8 @@ impl Trainer {
                 LossNorm::Token => 1.0,
                 LossNorm::Rollout => mean_chunks / r.chunks.len().max(1) as f64,
             };
-            for c in &r.chunks {
+            for (ci, c) in r.chunks.iter().enumerate() {
+                let a = a + w_credit * credit.get(ci).copied().unwrap_or(0.0);
                 inputs.push(c.input.clone());
                 tokens.push(c.tokens.clone());
                 old.push(c.logprobs.clone());
@@ -379,6 +389,13 @@ impl Trainer {
         if n_samples > 0 && adv.iter().any(|a| *a != 0.0) {
             let prepared = self.policy.prepare(&inputs)?;
             let batch = GrpoBatch::new(&self.policy, prepared, &tokens, &old, &adv, Some(&mask))?;
+            // Training the head alone: everything before it is computed once
+            // per step and shared by the reference (same frozen backbone).
+            let batch = if self.head_only() {
+                batch.with_head_features(&self.policy)?
+            } else {
+                batch
+            };
             let batch = if self.cfg.update.loss.kl_beta > 0.0 {
                 batch.with_reference(&self.reference, self.cfg.update.loss.temperature)?
             } else {
@@ -447,6 +464,7 @@ impl Trainer {
             fallback_groups: outcome.stats.fallback_groups,
             groups_skipped: outcome.stats.groups_skipped,
             flat_groups,
+            credit_groups,
             grad_half_cosine,
             grad_half_cosine_parts,
             grad_cross_group_cosine,
@@ -465,6 +483,32 @@ impl Trainer {
         };
         metrics::append(&self.files.metrics(), &m)?;
         Ok(m)
+    }
+
+    /// Per-chunk credit of a group's graded rollouts (those with an
+    /// advantage, in order), normalised over the group; empty when
+    /// `update.credit` is off or a rollout lacks its progress signal.
+    fn chunk_credit(&self, members: &[Rollout], advantages: &[Option<f64>]) -> Vec<Vec<f64>> {
+        let c = &self.cfg.update.credit;
+        if c.source == CreditSource::None || c.weight == 0.0 {
+            return Vec::new();
+        }
+        let graded = members.iter().zip(advantages).filter(|(_, a)| a.is_some());
+        let returns: Option<Vec<Vec<f64>>> = graded
+            .map(|(r, _)| crate::credit::progress_returns(&r.progress, r.chunks.len(), c.lambda))
+            .collect();
+        let Some(mut returns) = returns else {
+            return Vec::new();
+        };
+        crate::credit::normalise_group(&mut returns);
+        returns
+    }
+
+    /// Whether the update trains `lm.head` alone (every trainable parameter
+    /// is under it), so its inputs can be computed once per step.
+    fn head_only(&self) -> bool {
+        let layout = self.optimizer.layout();
+        !layout.is_empty() && layout.iter().all(|(name, _)| name.starts_with("lm.head."))
     }
 
     /// Cosine between the policy gradients (before the update) of the

@@ -11,6 +11,8 @@ fn shipped_configs_are_valid() {
         "bench_sim_free.toml",
         "libero_long_sim.toml",
         "grpo_sim.toml",
+        "grpo_one_task.toml",
+        "grpo_all_head.toml",
         "libero_ci.toml",
     ] {
         let cfg = TrainConfig::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -50,4 +52,44 @@ fn extends_merges_over_the_parent_and_rejects_cycles() {
     )
     .expect("override");
     assert_eq!(c.wmrl.anchors.fraction, 0.5);
+}
+
+#[test]
+fn chunk_credit_settings_are_checked() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let one = TrainConfig::load(&dir.join("grpo_one_task.toml")).expect("one task");
+    assert_eq!(one.rollout.tasks, vec![0]);
+    assert_eq!(one.update.credit.source, wmrl_train::CreditSource::None);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let write = |name: &str, body: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, body).expect("write");
+        p
+    };
+    let ok = write(
+        "ok.toml",
+        "[update.credit]\nsource = \"oracle\"\nweight = 0.5\nlambda = 0.9\n",
+    );
+    let c = TrainConfig::load(&ok).expect("valid credit");
+    assert_eq!(c.update.credit.source, wmrl_train::CreditSource::Oracle);
+    for (name, body, key) in [
+        (
+            "lambda.toml",
+            "[update.credit]\nlambda = 1.5\n",
+            "update.credit.lambda",
+        ),
+        (
+            "weight.toml",
+            "[update.credit]\nweight = -1.0\n",
+            "update.credit.weight",
+        ),
+        (
+            "source.toml",
+            "[update.credit]\nsource = \"magic\"\n",
+            "magic",
+        ),
+    ] {
+        let err = TrainConfig::load(&write(name, body)).expect_err(name);
+        assert!(err.to_string().contains(key), "{name}: {err}");
+    }
 }

@@ -54,6 +54,14 @@ pub struct Args {
     /// Output directory (default: `<policy>/eval`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Also write every episode in the episode format (docs/episodes.md)
+    /// to this directory: `wmrl sft --demos DIR --init POLICY` then
+    /// fine-tunes on the policy's own successful episodes.
+    #[arg(long)]
+    pub save_episodes: Option<PathBuf>,
+    /// With `--save-episodes`: write only the successful episodes.
+    #[arg(long, requires = "save_episodes")]
+    pub successes_only: bool,
 }
 
 /// Parse `all`, `3`, `0,2,5-7` into indices.
@@ -91,6 +99,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_steps: args.max_steps,
         gif_dir: (args.gifs > 0).then(|| out.join("gifs")),
         n_gifs: args.gifs,
+        episode_dir: args.save_episodes.clone(),
+        episode_successes_only: args.successes_only,
         ..EvalConfig::default()
     };
     let eval_tasks = if cfg.tasks.is_empty() {

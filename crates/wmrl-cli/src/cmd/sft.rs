@@ -38,6 +38,11 @@ pub struct Args {
     /// Continue the run in `--out` from its last checkpoint.
     #[arg(long)]
     pub resume: bool,
+    /// Start from this policy checkpoint (its network and proprio
+    /// normalisation) instead of a fresh preset: fine-tuning, e.g. on the
+    /// policy's own successful episodes (`wmrl eval --save-episodes`).
+    #[arg(long, conflicts_with_all = ["preset", "check"])]
+    pub init: Option<PathBuf>,
     /// Build the preset, run one forward pass on a dummy observation, print
     /// parameter count and timing, and exit.
     #[arg(long)]
@@ -65,9 +70,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rc.sft.seed = seed;
     }
     let resume = args.resume && wmrl_policy::can_resume(&out);
+    let init = match &args.init {
+        Some(p) if !resume => {
+            Some(Policy::load(p).with_context(|| format!("loading --init {}", p.display()))?)
+        }
+        _ => None,
+    };
     if resume {
         // The network must be the one the run started with.
         rc.policy = Policy::load(&out)?.config().clone();
+    } else if let Some(p) = &init {
+        rc.policy = p.config().clone();
     } else {
         let first = wmrl_env::list_episodes(&demos)?
             .first()
@@ -92,12 +105,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         secs = t_load.elapsed().as_secs_f64(),
         "loaded demonstrations"
     );
-    if !resume {
+    if !resume && init.is_none() {
         let (mean, std) = data.proprio_stats(rc.policy.proprio_dim);
         rc.policy.proprio_mean = mean;
         rc.policy.proprio_std = std;
     }
-    let policy = Policy::new(rc.policy.clone(), &Device::Cpu, DType::F32)?;
+    let policy = match init {
+        Some(p) => p,
+        None => Policy::new(rc.policy.clone(), &Device::Cpu, DType::F32)?,
+    };
     tracing::info!(preset = %rc.policy.preset, params = policy.n_params(), "policy");
     let report = wmrl_policy::train_sft(&policy, &data, &rc.sft, &out, args.resume, true)?;
     let summary = serde_json::json!({

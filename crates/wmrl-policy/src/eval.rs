@@ -181,6 +181,8 @@ struct Running {
     gif: Option<Vec<Frame>>,
     /// The steps so far, when episodes are written.
     record: Option<Vec<EpisodeStep>>,
+    /// The reset's seed (written with the episode).
+    seed: u64,
 }
 
 /// Run every (task, init state) episode of `cfg` and report success.
@@ -263,7 +265,7 @@ pub fn evaluate_with_progress(
         if !reqs.is_empty() {
             let pairs: Vec<(usize, ResetRequest)> = reqs.iter().map(|(s, _, r)| (*s, *r)).collect();
             let obs = env.reset(&pairs)?;
-            for ((slot, ep, _), o) in reqs.into_iter().zip(obs) {
+            for ((slot, ep, req), o) in reqs.into_iter().zip(obs) {
                 let gif = gif_eps
                     .contains(&ep)
                     .then(|| o.frames.first().cloned().into_iter().collect());
@@ -274,6 +276,7 @@ pub fn evaluate_with_progress(
                     steps: 0,
                     gif,
                     record: cfg.episode_dir.as_ref().map(|_| Vec::new()),
+                    seed: req.seed,
                 });
             }
         }
@@ -357,7 +360,7 @@ pub fn evaluate_with_progress(
                             suite: spec.suite.clone(),
                             task,
                             init_state,
-                            seed: cfg.seed.wrapping_add(r.ep as u64),
+                            seed: r.seed,
                             instruction: spec.tasks[task].instruction.clone(),
                             cameras: spec.cameras.clone(),
                             success: res.success,

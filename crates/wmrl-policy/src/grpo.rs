@@ -136,14 +136,7 @@ impl GrpoBatch {
     /// update, whose cost per sample drops from a forward and backward
     /// through the whole network to one matrix product.
     pub fn with_head_features(mut self, policy: &Policy) -> Result<Self> {
-        let b = self.batch_size();
-        let mut parts = Vec::new();
-        for start in (0..b).step_by(REFERENCE_CHUNK) {
-            let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
-            let sub = self.select(&idx)?;
-            parts.push(policy.head_features(&sub.inputs, &sub.tokens)?);
-        }
-        self.features = Some(Tensor::cat(&parts, 0)?);
+        self.features = Some(self.by_chunks(|sub| policy.head_features(&sub.inputs, &sub.tokens))?);
         Ok(self)
     }
 
@@ -152,16 +145,23 @@ impl GrpoBatch {
     /// The forward passes run in chunks of [`REFERENCE_CHUNK`] rows: one
     /// pass over a whole step's batch would hold every activation at once.
     pub fn with_reference(mut self, reference: &Policy, temperature: f32) -> Result<Self> {
-        let b = self.batch_size();
-        let mut parts = Vec::new();
-        for start in (0..b).step_by(REFERENCE_CHUNK) {
-            let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
-            let sub = self.select(&idx)?;
-            let s = sub.stats(reference, temperature)?;
-            parts.push(s.logprobs.detach());
-        }
-        self.ref_logprobs = Some(Tensor::cat(&parts, 0)?);
+        let lp = self.by_chunks(|sub| Ok(sub.stats(reference, temperature)?.logprobs.detach()))?;
+        self.ref_logprobs = Some(lp);
         Ok(self)
+    }
+
+    /// `f` on consecutive chunks of [`REFERENCE_CHUNK`] rows, its results
+    /// concatenated along the rows.
+    fn by_chunks(&self, f: impl Fn(&Self) -> Result<Tensor>) -> Result<Tensor> {
+        let b = self.batch_size();
+        let parts = (0..b)
+            .step_by(REFERENCE_CHUNK)
+            .map(|start| {
+                let idx: Vec<usize> = (start..(start + REFERENCE_CHUNK).min(b)).collect();
+                f(&self.select(&idx)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::cat(&parts, 0)?)
     }
 
     /// Token statistics of `policy` on this batch: through the head alone
@@ -185,20 +185,15 @@ impl GrpoBatch {
             idx.len(),
             dev,
         )?;
+        let rows = |t: &Option<Tensor>| t.as_ref().map(|t| t.index_select(&ids, 0)).transpose();
         Ok(Self {
             inputs: self.inputs.select(idx)?,
             tokens: self.tokens.index_select(&ids, 0)?,
             old_logprobs: self.old_logprobs.index_select(&ids, 0)?,
             advantages: self.advantages.index_select(&ids, 0)?,
             mask: self.mask.index_select(&ids, 0)?,
-            ref_logprobs: match &self.ref_logprobs {
-                Some(r) => Some(r.index_select(&ids, 0)?),
-                None => None,
-            },
-            features: match &self.features {
-                Some(f) => Some(f.index_select(&ids, 0)?),
-                None => None,
-            },
+            ref_logprobs: rows(&self.ref_logprobs)?,
+            features: rows(&self.features)?,
         })
     }
 }

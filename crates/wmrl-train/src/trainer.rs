@@ -331,7 +331,7 @@ impl Trainer {
         let mut included: Vec<(usize, usize, &Rollout, f64, Vec<f64>)> = Vec::new();
         for (gi, group) in outcome.advantages.iter().enumerate() {
             let members = &rollouts[gi * g..(gi + 1) * g];
-            let credit = self.chunk_credit(members, group);
+            let mut credit = self.chunk_credit(members, group);
             let credit_live = credit.iter().flatten().any(|c| c.abs() > 1e-9);
             credit_groups += usize::from(credit_live);
             // Rewards equal up to rounding give advantages of about 1e-17.
@@ -342,11 +342,9 @@ impl Trainer {
             if flat && !credit_live && self.cfg.update.skip_flat_groups {
                 continue;
             }
-            let mut credit = credit.into_iter();
             for (ri, (r, a)) in members.iter().zip(group).enumerate() {
                 if let Some(a) = a {
-                    let c = credit.next().unwrap_or_default();
-                    included.push((gi, ri, r, *a, c));
+                    included.push((gi, ri, r, *a, std::mem::take(&mut credit[ri])));
                 }
             }
         }
@@ -360,8 +358,7 @@ impl Trainer {
         let mut sample_group = Vec::new();
         let mut ordinal = 0usize;
         let w_credit = self.cfg.update.credit.weight;
-        for (k, (gi, ri, r, a, credit)) in included.iter().enumerate() {
-            let (gi, ri, a) = (*gi, *ri, *a);
+        for (k, &(gi, ri, r, a, ref credit)) in included.iter().enumerate() {
             if k > 0 && included[k - 1].0 != gi {
                 ordinal += 1;
             }
@@ -485,21 +482,26 @@ impl Trainer {
         Ok(m)
     }
 
-    /// Per-chunk credit of a group's graded rollouts (those with an
-    /// advantage, in order), normalised over the group; empty when
-    /// `update.credit` is off or a rollout lacks its progress signal.
+    /// Per-chunk credit of each of a group's rollouts (same order),
+    /// normalised over the graded ones; empty for an ungraded rollout, and
+    /// for all of them when `update.credit` is off or a graded rollout
+    /// lacks its progress signal.
     fn chunk_credit(&self, members: &[Rollout], advantages: &[Option<f64>]) -> Vec<Vec<f64>> {
         let c = &self.cfg.update.credit;
+        let none = || vec![Vec::new(); members.len()];
         if c.source == CreditSource::None || c.weight == 0.0 {
-            return Vec::new();
+            return none();
         }
-        let graded = members.iter().zip(advantages).filter(|(_, a)| a.is_some());
-        let returns: Option<Vec<Vec<f64>>> = graded
-            .map(|(r, _)| crate::credit::progress_returns(&r.progress, r.chunks.len(), c.lambda))
+        let returns: Option<Vec<Vec<f64>>> = members
+            .iter()
+            .zip(advantages)
+            .map(|(r, a)| match a {
+                Some(_) => crate::credit::progress_returns(&r.progress, r.chunks.len(), c.lambda),
+                None => Some(Vec::new()),
+            })
             .collect();
-        let Some(mut returns) = returns else {
-            return Vec::new();
-        };
+        let mut returns = returns.unwrap_or_else(none);
+        // Empty rows add nothing to the group's mean and spread.
         crate::credit::normalise_group(&mut returns);
         returns
     }

@@ -137,6 +137,15 @@ impl IsotonicMap {
     /// piece in O(1) (slope and offset precomputed); only the few buckets
     /// that contain a knot search.
     pub fn eval_many(&self, xs: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; xs.len()];
+        self.eval_into(xs, &mut out);
+        out
+    }
+
+    /// [`Self::eval_many`] into a buffer the caller keeps (no allocation:
+    /// a loop that maps a batch every step reuses one). `out` must be as
+    /// long as `xs`; extra entries are left as they are.
+    pub fn eval_into(&self, xs: &[f64], out: &mut [f64]) {
         const MIXED: u32 = u32::MAX;
         let n = self.xs.len();
         let (x0, xn) = (self.xs[0], self.xs[n - 1]);
@@ -150,14 +159,22 @@ impl IsotonicMap {
         // A bucket whose range, widened by a bucket on each side (so that
         // rounding in the bucket index cannot matter), holds no knot lies
         // on one piece: the one starting at the last knot <= its start.
+        // Both ends only move right with the bucket, so one sweep finds
+        // every bucket's first knot above each end.
+        let (mut above_lo, mut above_hi) = (0usize, 0usize);
         let seg: Vec<u32> = (0..buckets)
             .map(|b| {
                 let lo = x0 + (b as f64 - 1.0) * width;
                 let hi = x0 + (b as f64 + 2.0) * width;
-                let first_above_lo = self.xs.partition_point(|&k| k <= lo);
-                let first_above_hi = self.xs.partition_point(|&k| k <= hi);
-                if first_above_lo == first_above_hi && first_above_lo >= 1 && first_above_lo < n {
-                    (first_above_lo - 1) as u32
+                while above_lo < n && self.xs[above_lo] <= lo {
+                    above_lo += 1;
+                }
+                above_hi = above_hi.max(above_lo);
+                while above_hi < n && self.xs[above_hi] <= hi {
+                    above_hi += 1;
+                }
+                if above_lo == above_hi && above_lo >= 1 && above_lo < n {
+                    (above_lo - 1) as u32
                 } else {
                     MIXED
                 }
@@ -178,13 +195,13 @@ impl IsotonicMap {
             };
             ky[j] + slope[j] * (x - kx[j])
         };
-        let mut out = vec![0.0; xs.len()];
+        let out = &mut out[..xs.len()];
         // Large batches (a step's scores are thousands; a replay of a whole
         // buffer, millions) are split over the machine's cores.
         let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
         if xs.len() < PARALLEL_MIN || threads < 2 {
             out.iter_mut().zip(xs).for_each(|(o, &x)| *o = one(x));
-            return out;
+            return;
         }
         let per = xs.len().div_ceil(threads);
         std::thread::scope(|sc| {
@@ -193,7 +210,6 @@ impl IsotonicMap {
                 sc.spawn(move || o.iter_mut().zip(x).for_each(|(o, &x)| *o = one(x)));
             }
         });
-        out
     }
 
     pub fn knots(&self) -> (&[f64], &[f64]) {
@@ -283,11 +299,27 @@ impl Calibrator {
 
     /// Map scores through the calibration (identity before the first fit).
     pub fn apply(&self, xs: &[f64]) -> Result<Vec<f64>> {
+        let mut out = vec![0.0; xs.len()];
+        self.apply_into(xs, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`Calibrator::apply`] into a buffer the caller keeps (as long as
+    /// `xs`; a shorter one is an error): no allocation per call.
+    pub fn apply_into(&self, xs: &[f64], out: &mut [f64]) -> Result<()> {
         check_finite("calibration.apply", xs)?;
-        Ok(match &self.map {
-            Some(m) => m.eval_many(xs),
-            None => xs.to_vec(),
-        })
+        if out.len() < xs.len() {
+            return Err(CoreError::Shape(format!(
+                "calibration.apply_into: {} scores but room for {}",
+                xs.len(),
+                out.len()
+            )));
+        }
+        match &self.map {
+            Some(m) => m.eval_into(xs, out),
+            None => out[..xs.len()].copy_from_slice(xs),
+        }
+        Ok(())
     }
 
     pub fn map(&self) -> Option<&IsotonicMap> {
@@ -382,6 +414,30 @@ mod tests {
                 assert_eq!(y.to_bits(), m.eval(x).to_bits(), "n={n} x={x}");
             }
         }
+    }
+
+    #[test]
+    fn apply_into_equals_apply_and_refuses_a_short_buffer() {
+        let mut c = Calibrator::new(CalibrationConfig {
+            min_pairs: 4,
+            ..CalibrationConfig::default()
+        })
+        .expect("valid");
+        let probes = [0.05, 0.3, 0.5, 0.77, 0.95];
+        let mut out = [7.0; 6];
+        // Before the first fit: the identity.
+        c.apply_into(&probes, &mut out).expect("into");
+        assert_eq!(&out[..5], &probes);
+        let xs: Vec<f64> = (0..40).map(|i| f64::from(i) / 40.0).collect();
+        let ys: Vec<f64> = xs.iter().map(|&x| f64::from(u8::from(x > 0.4))).collect();
+        c.push(&xs, &ys).expect("push");
+        assert!(c.is_fitted());
+        c.apply_into(&probes, &mut out).expect("into");
+        assert_eq!(&out[..5], c.apply(&probes).expect("apply").as_slice());
+        assert_ne!(&out[..5], &probes, "the fitted map is not the identity");
+        assert_eq!(out[5], 7.0, "entries past the scores are left alone");
+        assert!(c.apply_into(&probes, &mut [0.0; 4]).is_err());
+        assert!(c.apply_into(&[f64::NAN], &mut out).is_err());
     }
 
     #[test]

@@ -61,7 +61,9 @@ pub const REFERENCE_CHUNK: usize = 256;
 /// Rollout data for the loss, already on the policy's device.
 #[derive(Debug, Clone)]
 pub struct GrpoBatch {
-    pub inputs: PreparedInputs,
+    /// The prepared observations; `None` for a batch built from head
+    /// features alone ([`GrpoBatch::from_features`]).
+    pub inputs: Option<PreparedInputs>,
     /// `[B, T]` u32 sampled tokens.
     pub tokens: Tensor,
     /// `[B, T]` log-probs at sampling time (frozen).
@@ -90,9 +92,74 @@ impl GrpoBatch {
         advantages: &[f32],
         mask: Option<&[Vec<f32>]>,
     ) -> Result<Self> {
+        if inputs.batch_size() != tokens.len() {
+            return Err(PolicyError::Input(
+                "GRPO batch fields disagree in length".into(),
+            ));
+        }
+        Self::build(
+            policy,
+            Some(inputs),
+            None,
+            tokens,
+            old_logprobs,
+            advantages,
+            mask,
+        )
+    }
+
+    /// A batch for a head-only update from head inputs recorded when the
+    /// rollouts were sampled ([`Policy::sample_with_features`]: `n *
+    /// d_model` floats per row), so the frozen network before `lm.head` is
+    /// not run again. Valid while every parameter before the head is what it
+    /// was at sampling time, which a head-only update guarantees.
+    pub fn from_features(
+        policy: &Policy,
+        features: &[Vec<f32>],
+        tokens: &[Vec<u32>],
+        old_logprobs: &[Vec<f32>],
+        advantages: &[f32],
+        mask: Option<&[Vec<f32>]>,
+    ) -> Result<Self> {
+        let cfg = policy.config();
+        let n = match cfg.decoding {
+            crate::Decoding::Parallel => cfg.chunk,
+            crate::Decoding::Autoregressive => cfg.tokens_per_call(),
+        };
+        let width = n * cfg.d_model;
+        let b = features.len();
+        if features.iter().any(|r| r.len() != width) {
+            return Err(PolicyError::Input(format!(
+                "head features must have {n} x {} = {width} entries per row",
+                cfg.d_model
+            )));
+        }
+        let flat: Vec<f32> = features.iter().flatten().copied().collect();
+        let f = Tensor::from_vec(flat, (b, n, cfg.d_model), policy.device())?
+            .to_dtype(policy.dtype())?;
+        Self::build(
+            policy,
+            None,
+            Some(f),
+            tokens,
+            old_logprobs,
+            advantages,
+            mask,
+        )
+    }
+
+    fn build(
+        policy: &Policy,
+        inputs: Option<PreparedInputs>,
+        features: Option<Tensor>,
+        tokens: &[Vec<u32>],
+        old_logprobs: &[Vec<f32>],
+        advantages: &[f32],
+        mask: Option<&[Vec<f32>]>,
+    ) -> Result<Self> {
         let b = tokens.len();
         let t = policy.config().tokens_per_call();
-        if inputs.batch_size() != b
+        if features.as_ref().is_some_and(|f| f.dim(0).ok() != Some(b))
             || old_logprobs.len() != b
             || advantages.len() != b
             || mask.is_some_and(|m| m.len() != b)
@@ -124,7 +191,7 @@ impl GrpoBatch {
             advantages: Tensor::from_vec(advantages.to_vec(), (b, 1), dev)?.to_dtype(dt)?,
             mask,
             ref_logprobs: None,
-            features: None,
+            features,
         })
     }
 
@@ -136,8 +203,17 @@ impl GrpoBatch {
     /// update, whose cost per sample drops from a forward and backward
     /// through the whole network to one matrix product.
     pub fn with_head_features(mut self, policy: &Policy) -> Result<Self> {
-        self.features = Some(self.by_chunks(|sub| policy.head_features(&sub.inputs, &sub.tokens))?);
+        if self.features.is_none() {
+            self.features =
+                Some(self.by_chunks(|sub| policy.head_features(sub.prepared()?, &sub.tokens))?);
+        }
         Ok(self)
+    }
+
+    fn prepared(&self) -> Result<&PreparedInputs> {
+        self.inputs.as_ref().ok_or_else(|| {
+            PolicyError::Input("this GRPO batch holds head features, not observations".into())
+        })
     }
 
     /// Compute and store the reference policy's log-probs once, so inner
@@ -169,12 +245,12 @@ impl GrpoBatch {
     fn stats(&self, policy: &Policy, temperature: f32) -> Result<TokenStats> {
         match &self.features {
             Some(f) => policy.token_stats_from_features(f, &self.tokens, temperature),
-            None => policy.token_stats(&self.inputs, &self.tokens, temperature),
+            None => policy.token_stats(self.prepared()?, &self.tokens, temperature),
         }
     }
 
     pub fn batch_size(&self) -> usize {
-        self.inputs.batch_size()
+        self.tokens.dims().first().copied().unwrap_or(0)
     }
 
     /// The rows named by `idx` (minibatches).
@@ -187,7 +263,7 @@ impl GrpoBatch {
         )?;
         let rows = |t: &Option<Tensor>| t.as_ref().map(|t| t.index_select(&ids, 0)).transpose();
         Ok(Self {
-            inputs: self.inputs.select(idx)?,
+            inputs: self.inputs.as_ref().map(|i| i.select(idx)).transpose()?,
             tokens: self.tokens.index_select(&ids, 0)?,
             old_logprobs: self.old_logprobs.index_select(&ids, 0)?,
             advantages: self.advantages.index_select(&ids, 0)?,

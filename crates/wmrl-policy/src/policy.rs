@@ -296,6 +296,38 @@ impl Policy {
         temperature: f32,
         seed: u64,
     ) -> Result<Vec<Sample>> {
+        Ok(self.sample_inner(inputs, temperature, seed, false)?.0)
+    }
+
+    /// [`Policy::sample`] that also returns each row's head inputs
+    /// ([`Policy::head_features`] of the sampled tokens, flattened `n *
+    /// d_model` floats per row). With parallel decoding they are the very
+    /// activations the sampling computed (no extra work); autoregressive
+    /// decoding spends one more forward pass on them. A head-only update
+    /// (`update.trainable = ["lm.head"]`) reuses them instead of running the
+    /// frozen network again.
+    pub fn sample_with_features(
+        &self,
+        inputs: &[PolicyInput],
+        temperature: f32,
+        seed: u64,
+    ) -> Result<(Vec<Sample>, Vec<Vec<f32>>)> {
+        let prepared = self.prepare(inputs)?;
+        let (samples, features) = self.sample_inner(&prepared, temperature, seed, true)?;
+        let rows = match features {
+            Some(f) => f.flatten_from(1)?.to_dtype(DType::F32)?.to_vec2::<f32>()?,
+            None => Vec::new(),
+        };
+        Ok((samples, rows))
+    }
+
+    fn sample_inner(
+        &self,
+        inputs: &PreparedInputs,
+        temperature: f32,
+        seed: u64,
+        keep_features: bool,
+    ) -> Result<(Vec<Sample>, Option<Tensor>)> {
         let b = inputs.batch_size();
         let t = self.config.tokens_per_call();
         let mut rngs: Vec<ChaCha8Rng> = (0..b)
@@ -307,11 +339,13 @@ impl Policy {
             .collect();
         let mut tokens: Vec<Vec<u32>> = vec![Vec::with_capacity(t); b];
         let mut logprobs: Vec<Vec<f32>> = vec![Vec::with_capacity(t); b];
+        let mut features = None;
         match self.config.decoding {
             Decoding::Parallel => {
+                let h = self.net.features(inputs, None)?;
                 let logits = self
                     .net
-                    .logits(inputs, None)?
+                    .head_logits(&h)?
                     .to_dtype(DType::F32)?
                     .to_vec3::<f32>()?;
                 for (row, rng) in rngs.iter_mut().enumerate() {
@@ -320,6 +354,9 @@ impl Policy {
                         tokens[row].push(k);
                         logprobs[row].push(lp);
                     }
+                }
+                if keep_features {
+                    features = Some(h);
                 }
             }
             Decoding::Autoregressive => {
@@ -341,9 +378,12 @@ impl Policy {
                         logprobs[row].push(lp);
                     }
                 }
+                if keep_features {
+                    features = Some(self.head_features(inputs, &self.tokens_tensor(&tokens)?)?);
+                }
             }
         }
-        Ok(tokens
+        let samples = tokens
             .into_iter()
             .zip(logprobs)
             .map(|(tok, lp)| Sample {
@@ -351,7 +391,8 @@ impl Policy {
                 tokens: tok,
                 logprobs: lp,
             })
-            .collect())
+            .collect();
+        Ok((samples, features))
     }
 
     fn tokens_tensor_partial(&self, tokens: &[Vec<u32>], j: usize) -> Result<Tensor> {

@@ -300,6 +300,15 @@ fn head_feature_loss_equals_the_full_loss_and_its_head_gradient() {
             .with_reference(&r, 0.7)
             .expect("reference");
         let full = full.with_reference(&r, 0.7).expect("reference");
+        // The head inputs recorded while sampling: same samples, and a batch
+        // built from them alone scores like the one that recomputes them.
+        let (again, recorded) = p.sample_with_features(&xs, 0.7, 3).expect("sample");
+        assert_eq!(again, samples, "{decoding:?}: recording changes no sample");
+        let from_rollout = GrpoBatch::from_features(&p, &recorded, &tokens, &old, &adv, None)
+            .expect("batch")
+            .with_reference(&r, 0.7)
+            .expect("reference");
+        assert!(from_rollout.inputs.is_none());
         let cfg = GrpoConfig {
             temperature: 0.7,
             entropy_coef: 0.01,
@@ -307,6 +316,17 @@ fn head_feature_loss_equals_the_full_loss_and_its_head_gradient() {
         };
         let (l_full, s_full) = grpo_loss(&p, None, &full, &cfg).expect("loss");
         let (l_fast, s_fast) = grpo_loss(&p, None, &fast, &cfg).expect("loss");
+        let (_, s_rec) = grpo_loss(&p, None, &from_rollout, &cfg).expect("loss");
+        assert!(
+            (s_full.loss - s_rec.loss).abs() < 1e-5 && (s_full.kl_ref - s_rec.kl_ref).abs() < 1e-6,
+            "{decoding:?}: loss {} vs {} from the recorded features",
+            s_full.loss,
+            s_rec.loss
+        );
+        // A row of the wrong width is refused, not reshaped.
+        let mut short = recorded.clone();
+        short[0].pop();
+        assert!(GrpoBatch::from_features(&p, &short, &tokens, &old, &adv, None).is_err());
         assert!(s_full.kl_ref > 0.0, "{decoding:?}: the KL term is live");
         assert!(
             (s_full.loss - s_fast.loss).abs() < 1e-5,

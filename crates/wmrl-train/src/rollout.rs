@@ -25,6 +25,10 @@ pub struct ChunkRecord {
     pub logprobs: Vec<f32>,
     /// 1 for tokens of actions that were executed, 0 after the episode ended.
     pub mask: Vec<f32>,
+    /// The action head's inputs at sampling time (`n * d_model` floats,
+    /// [`Policy::sample_with_features`]), kept only when the collection was
+    /// asked to: a head-only update reuses them.
+    pub features: Option<Vec<f32>>,
 }
 
 /// A finished rollout.
@@ -63,7 +67,9 @@ pub struct CollectStats {
 }
 
 /// Run every episode in `specs` with `policy` sampling at `temperature`.
-/// Deterministic for a given `seed` and environment.
+/// Deterministic for a given `seed` and environment. `keep_features`
+/// records each chunk's head inputs ([`ChunkRecord::features`]); the
+/// samples are the same either way.
 pub fn collect(
     policy: &Policy,
     env: &mut dyn VecEnv,
@@ -71,6 +77,7 @@ pub fn collect(
     temperature: f32,
     max_steps: usize,
     seed: u64,
+    keep_features: bool,
 ) -> Result<(Vec<Rollout>, CollectStats)> {
     let n_slots = env.num_envs();
     let tasks = env.spec().tasks.clone();
@@ -138,7 +145,11 @@ pub fn collect(
             let call_seed = seed
                 .wrapping_mul(0x9E37_79B9_7F4A_7C15)
                 .wrapping_add(((wave_idx as u64) << 32) | call);
-            let samples = policy.sample(&inputs, temperature, call_seed)?;
+            let (samples, mut features) = if keep_features {
+                policy.sample_with_features(&inputs, temperature, call_seed)?
+            } else {
+                (policy.sample(&inputs, temperature, call_seed)?, Vec::new())
+            };
             stats.policy_seconds += t.elapsed().as_secs_f64();
             stats.policy_calls += active.len() as u64;
             call += 1;
@@ -157,6 +168,7 @@ pub fn collect(
                     tokens: samples[k].tokens.clone(),
                     logprobs: samples[k].logprobs.clone(),
                     mask: vec![0.0; samples[k].tokens.len()],
+                    features: features.get_mut(k).map(std::mem::take),
                 });
             }
             // Execute the chunk's actions, stepping only running slots.

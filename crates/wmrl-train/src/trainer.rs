@@ -277,6 +277,7 @@ impl Trainer {
         let t_step = Instant::now();
         let step = self.step;
         let specs = self.draw_specs(step);
+        let head_only = self.head_only();
         let (rollouts, cstats) = collect(
             &self.policy,
             self.env.as_mut(),
@@ -284,6 +285,7 @@ impl Trainer {
             self.cfg.rollout.temperature,
             self.cfg.rollout.max_steps,
             mix(self.cfg.seed, 0xC0_11EC7 + step as u64),
+            head_only,
         )?;
         self.ledger.record(
             Stage::PolicySample,
@@ -348,6 +350,13 @@ impl Trainer {
                 }
             }
         }
+        // Head-only with every chunk's head inputs recorded: the update
+        // reuses them instead of running the frozen network again.
+        let use_features = head_only
+            && included
+                .iter()
+                .all(|x| x.2.chunks.iter().all(|c| c.features.is_some()));
+        let mut features = Vec::new();
         let mean_chunks = included
             .iter()
             .map(|x| x.2.chunks.len() as f64)
@@ -370,7 +379,10 @@ impl Trainer {
             };
             for (ci, c) in r.chunks.iter().enumerate() {
                 let a = a + w_credit * credit.get(ci).copied().unwrap_or(0.0);
-                inputs.push(c.input.clone());
+                match (&c.features, use_features) {
+                    (Some(f), true) => features.push(f.clone()),
+                    _ => inputs.push(c.input.clone()),
+                }
                 tokens.push(c.tokens.clone());
                 old.push(c.logprobs.clone());
                 adv.push((a * scale) as f32);
@@ -382,16 +394,23 @@ impl Trainer {
         let mut grad_half_cosine_parts = BTreeMap::new();
         let (mut loss, mut kl, mut clip, mut ent, mut gn, mut n_mb) =
             (0.0, 0.0, 0.0, 0.0, 0.0, 0usize);
-        let n_samples = inputs.len();
+        let n_samples = tokens.len();
         if n_samples > 0 && adv.iter().any(|a| *a != 0.0) {
-            let prepared = self.policy.prepare(&inputs)?;
-            let batch = GrpoBatch::new(&self.policy, prepared, &tokens, &old, &adv, Some(&mask))?;
-            // Training the head alone: everything before it is computed once
-            // per step and shared by the reference (same frozen backbone).
-            let batch = if self.head_only() {
-                batch.with_head_features(&self.policy)?
+            // Training the head alone: the head's inputs are the ones the
+            // rollouts recorded (the network before the head is frozen, so
+            // they are what it computes now), shared by the reference (same
+            // frozen backbone); a rollout without them has its chunks'
+            // observations run through the network once.
+            let batch = if use_features {
+                GrpoBatch::from_features(&self.policy, &features, &tokens, &old, &adv, Some(&mask))?
             } else {
-                batch
+                let prepared = self.policy.prepare(&inputs)?;
+                let b = GrpoBatch::new(&self.policy, prepared, &tokens, &old, &adv, Some(&mask))?;
+                if head_only {
+                    b.with_head_features(&self.policy)?
+                } else {
+                    b
+                }
             };
             let batch = if self.cfg.update.loss.kl_beta > 0.0 {
                 batch.with_reference(&self.reference, self.cfg.update.loss.temperature)?
@@ -507,7 +526,8 @@ impl Trainer {
     }
 
     /// Whether the update trains `lm.head` alone (every trainable parameter
-    /// is under it), so its inputs can be computed once per step.
+    /// is under it), so the rollouts record its inputs and the update
+    /// reuses them.
     fn head_only(&self) -> bool {
         let layout = self.optimizer.layout();
         !layout.is_empty() && layout.iter().all(|(name, _)| name.starts_with("lm.head."))

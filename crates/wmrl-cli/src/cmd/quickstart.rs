@@ -239,19 +239,36 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let start = wmrl_train::trainer::read_summary(&wmrl_train::bench::start_dir(&bench)).ok();
     println!();
     println!(
-        "Held-out greedy success (every task, initial states of the config's eval range), embedded simulator:"
+        "Held-out success on the config's evaluation states ({}), embedded simulator:",
+        describe_eval(&train_cfg)
     );
     println!(
-        "{:<18} {:>9} {:>17} {:>16} {:>7}",
-        "policy", "success", "95% Wilson", "gain (points)", "labels"
+        "{:<20} {:>24} {:>7} {:>27} {:>7} {:>7}",
+        "policy", "greedy (95% Wilson)", "gain", "sampled (95% Wilson)", "gain", "labels"
     );
+    let cell = |r: &wmrl_policy::RateSummary| {
+        format!(
+            "{:>5.1}% [{:>4.1}, {:>4.1}]",
+            100.0 * r.rate,
+            100.0 * r.ci_low,
+            100.0 * r.ci_high
+        )
+    };
+    let gain =
+        |a: Option<&wmrl_policy::RateSummary>, b: Option<&wmrl_policy::RateSummary>| match (a, b) {
+            (Some(a), Some(b)) => format!("{:+.1}", 100.0 * (a.rate - b.rate)),
+            _ => "-".into(),
+        };
+    let sampled = |s: &wmrl_train::trainer::RunSummary| {
+        s.heldout_sampled.as_ref().map_or("-".to_string(), cell)
+    };
     if let Some(s0) = &start {
         println!(
-            "{:<18} {:>8.1}% {:>7.1}% - {:>5.1}% {:>16} {:>7}",
+            "{:<20} {:>24} {:>7} {:>27} {:>7} {:>7}",
             "SFT (start)",
-            100.0 * s0.heldout.rate,
-            100.0 * s0.heldout.ci_low,
-            100.0 * s0.heldout.ci_high,
+            cell(&s0.heldout),
+            "-",
+            sampled(s0),
             "-",
             0
         );
@@ -260,23 +277,24 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for s in 0..args.seeds {
             let dir = wmrl_train::bench::run_dir(&bench, &arm.name, s);
             if let Ok(sum) = wmrl_train::trainer::read_summary(&dir) {
-                let gain = start.as_ref().map_or("-".to_string(), |s0| {
-                    format!("{:+.1}", 100.0 * (sum.heldout.rate - s0.heldout.rate))
-                });
+                let s0 = start.as_ref();
                 println!(
-                    "{:<18} {:>8.1}% {:>7.1}% - {:>5.1}% {:>16} {:>7}",
+                    "{:<20} {:>24} {:>7} {:>27} {:>7} {:>7}",
                     format!("{} seed {s}", arm.name),
-                    100.0 * sum.heldout.rate,
-                    100.0 * sum.heldout.ci_low,
-                    100.0 * sum.heldout.ci_high,
-                    gain,
+                    cell(&sum.heldout),
+                    gain(Some(&sum.heldout), s0.map(|x| &x.heldout)),
+                    sampled(&sum),
+                    gain(
+                        sum.heldout_sampled.as_ref(),
+                        s0.and_then(|x| x.heldout_sampled.as_ref())
+                    ),
                     sum.ledger.labels
                 );
             }
         }
     }
     println!(
-        "\nOne seed: a gain is resolved only where an arm's interval clears the start's; the bench (docs/results.md) pairs seeds."
+        "\nGains in points over the start. One seed: a gain is resolved only where an arm's interval clears the start's; the shuffled-advantage control (`--arms sparse,wmrl,sparse_shuffled`) and the bench over seeds (docs/results.md) tell a gain from noise."
     );
     println!();
     for (name, secs) in &timings {
@@ -285,6 +303,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("{:<22} {:>7.0} s", "total", t0.elapsed().as_secs_f64());
     println!("report: {}", bench.join("report.md").display());
     Ok(())
+}
+
+/// "task 0, states 16-49" and the like, from the config's `[eval]`.
+fn describe_eval(cfg: &wmrl_train::TrainConfig) -> String {
+    let tasks = match cfg.eval.tasks.as_slice() {
+        [] => "every task".to_string(),
+        [t] => format!("task {t}"),
+        ts => format!(
+            "tasks {}",
+            ts.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let [a, b] = cfg.eval.init_states;
+    let mut s = format!("{tasks}, states {a}-{b}");
+    if cfg.eval.sampled_per_state > 0 {
+        let _ = std::fmt::Write::write_fmt(
+            &mut s,
+            format_args!(
+                "; sampled: {} per state at T = {}",
+                cfg.eval.sampled_per_state, cfg.rollout.temperature
+            ),
+        );
+    }
+    s
 }
 
 /// The world-model stages of --from-scratch: noisy rollouts, training, ONNX

@@ -9,12 +9,13 @@ use std::path::Path;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
+use crate::code_features::code_input;
 use crate::competition::{Split, Suite};
 use crate::error::{Error, Result, io_err};
 use crate::execute::Executor;
 use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
-use crate::predictor::{Example, spearman};
+use crate::predictor::{Example, InputKind, spearman};
 use crate::solution::{N_SLOTS, SLOTS, Solution};
 use crate::train::execute_all;
 
@@ -97,9 +98,45 @@ pub struct PredictorEval {
     pub mae: f64,
 }
 
+/// The predictor inputs of `examples` for a predictor reading `kind`: the
+/// template one-hot, or the features of the code each solution renders to
+/// on its competition (looked up in `suite`).
+pub fn example_inputs(
+    kind: InputKind,
+    examples: &[Example],
+    suite: &Suite,
+) -> Result<Vec<Vec<f32>>> {
+    examples
+        .iter()
+        .map(|e| match kind {
+            InputKind::Template => Ok(e.input()),
+            InputKind::Code => {
+                let comp = suite.by_name(&e.competition).ok_or_else(|| {
+                    Error::Config(format!(
+                        "example of unknown competition `{}`",
+                        e.competition
+                    ))
+                })?;
+                Ok(code_input(&e.meta, &e.solution.render(&comp.meta)))
+            }
+        })
+        .collect()
+}
+
 /// Scores come from the ONNX file through ONNX Runtime, as in training.
 pub fn evaluate_predictor(p: &OnnxPredictor, examples: &[Example]) -> Result<PredictorEval> {
-    let pred = p.predict(&examples.iter().map(Example::input).collect::<Vec<_>>())?;
+    let inputs: Vec<Vec<f32>> = examples.iter().map(Example::input).collect();
+    evaluate_predictor_on(p, &inputs, examples)
+}
+
+/// [`evaluate_predictor`] on inputs already built (`inputs[i]` is
+/// `examples[i]`'s, [`example_inputs`]).
+pub fn evaluate_predictor_on(
+    p: &OnnxPredictor,
+    inputs: &[Vec<f32>],
+    examples: &[Example],
+) -> Result<PredictorEval> {
+    let pred = p.predict(inputs)?;
     let real: Vec<f64> = examples.iter().map(|e| e.reward).collect();
     let mut names: Vec<&str> = examples.iter().map(|e| e.competition.as_str()).collect();
     names.sort();

@@ -8,6 +8,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod bench;
+pub mod code_features;
 pub mod collect;
 pub mod competition;
 mod error;
@@ -17,6 +18,7 @@ pub mod nn;
 pub mod onnx_predictor;
 pub mod policy;
 pub mod predictor;
+pub mod rewards;
 pub mod sandbox;
 pub mod solution;
 pub mod table;

@@ -17,7 +17,7 @@ use wmrl_worldmodel::{Activation, DenseLayer, MlpGraph, MlpSession, export_mlp_o
 use crate::competition::N_META;
 use crate::error::{Error, Result};
 use crate::nn::{Dense, seeded};
-use crate::predictor::{N_INPUT, Predictor};
+use crate::predictor::{InputKind, Predictor};
 use crate::solution::N_OPTIONS;
 
 /// Name of the model's input.
@@ -28,6 +28,16 @@ pub const OUTPUT: &str = "reward";
 pub const META_KIND: &str = "wmrl.kind";
 /// Value of [`META_KIND`] in a predictor file.
 pub const KIND: &str = "autoresearch_outcome_predictor";
+/// Value of [`META_KIND`] in a code predictor file ([`InputKind::Code`]:
+/// meta-features then [`crate::code_features::code_features`]).
+pub const CODE_KIND: &str = "autoresearch_code_predictor";
+
+fn kind_name(kind: InputKind) -> &'static str {
+    match kind {
+        InputKind::Template => KIND,
+        InputKind::Code => CODE_KIND,
+    }
+}
 /// File name of the ONNX predictor in a run or bench directory.
 pub const FILE_NAME: &str = "predictor.onnx";
 
@@ -62,7 +72,7 @@ impl Predictor {
                 dense_layer(l2, Activation::Sigmoid)?,
             ],
             metadata: vec![
-                (META_KIND.into(), KIND.into()),
+                (META_KIND.into(), kind_name(self.kind()).into()),
                 ("wmrl.n_meta".into(), N_META.to_string()),
                 ("wmrl.n_options".into(), N_OPTIONS.to_string()),
             ],
@@ -79,49 +89,67 @@ impl Predictor {
 #[derive(Debug)]
 pub struct OnnxPredictor {
     session: MlpSession,
+    kind: InputKind,
 }
 
 impl OnnxPredictor {
     /// Load an exported predictor. A missing, empty or truncated file, or a
     /// model of another shape, is an [`Error::Onnx`] naming `path`.
     pub fn load(path: impl AsRef<Path>) -> Result<Self> {
+        Self::load_kind(path, InputKind::Template)
+    }
+
+    /// Load an exported predictor that reads inputs of `kind` (a file of the
+    /// other kind, or of another shape, is an [`Error::Onnx`] naming `path`).
+    pub fn load_kind(path: impl AsRef<Path>, kind: InputKind) -> Result<Self> {
         let path = path.as_ref();
         let session = MlpSession::load(path, Some(INTRA_THREADS), &[META_KIND])?;
-        if session.in_dim() != N_INPUT || session.out_dim() != 1 {
+        let width = kind.width();
+        if session.in_dim() != width || session.out_dim() != 1 {
             return Err(Error::Onnx(wmrl_worldmodel::WmError::Contract {
                 path: path.display().to_string(),
                 message: format!(
-                    "maps {} inputs to {} outputs; an outcome predictor maps {N_INPUT} to 1",
+                    "maps {} inputs to {} outputs; a {} maps {width} to 1",
                     session.in_dim(),
-                    session.out_dim()
+                    session.out_dim(),
+                    kind_name(kind)
                 ),
             }));
         }
-        if let Some(kind) = session.metadata(META_KIND).filter(|k| *k != KIND) {
+        if let Some(k) = session
+            .metadata(META_KIND)
+            .filter(|k| *k != kind_name(kind))
+        {
             return Err(Error::Onnx(wmrl_worldmodel::WmError::Contract {
                 path: path.display().to_string(),
-                message: format!("is a `{kind}`, not an outcome predictor"),
+                message: format!("is a `{k}`, not a `{}`", kind_name(kind)),
             }));
         }
-        Ok(Self { session })
+        Ok(Self { session, kind })
     }
 
     /// Export `predictor` to `path` and load it back: what training code
     /// calls after fitting.
     pub fn export_and_load(predictor: &Predictor, path: &Path) -> Result<Self> {
         predictor.export_onnx(path)?;
-        Self::load(path)
+        Self::load_kind(path, predictor.kind())
     }
 
     pub fn path(&self) -> &Path {
         self.session.path()
     }
 
+    /// What the predictor reads after the meta-features.
+    pub fn kind(&self) -> InputKind {
+        self.kind
+    }
+
     /// Predicted ladder values for a batch of inputs (one ONNX Runtime call).
     pub fn predict(&self, inputs: &[Vec<f32>]) -> Result<Vec<f64>> {
-        if let Some(bad) = inputs.iter().find(|r| r.len() != N_INPUT) {
+        let width = self.kind.width();
+        if let Some(bad) = inputs.iter().find(|r| r.len() != width) {
             return Err(Error::Config(format!(
-                "predictor input of width {}, expected {N_INPUT}",
+                "predictor input of width {}, expected {width}",
                 bad.len()
             )));
         }
@@ -140,7 +168,11 @@ impl OnnxPredictor {
 pub fn max_abs_diff(candle: &Predictor, onnx: &OnnxPredictor, n: usize, seed: u64) -> Result<f64> {
     let mut rng = seeded(seed);
     let xs: Vec<Vec<f32>> = (0..n)
-        .map(|_| (0..N_INPUT).map(|_| rng.random_range(-2.0..2.0)).collect())
+        .map(|_| {
+            (0..candle.kind().width())
+                .map(|_| rng.random_range(-2.0..2.0))
+                .collect()
+        })
         .collect();
     let (a, b) = (candle.predict(&xs)?, onnx.predict(&xs)?);
     Ok(a.iter()
@@ -152,7 +184,8 @@ pub fn max_abs_diff(candle: &Predictor, onnx: &OnnxPredictor, n: usize, seed: u6
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::predictor::{Example, PredictorConfig};
+    use crate::code_features::{N_CODE_INPUT, code_input};
+    use crate::predictor::{Example, N_INPUT, PredictorConfig};
     use crate::solution::Solution;
 
     fn runtime() -> bool {
@@ -206,6 +239,52 @@ mod tests {
         assert!(ys.iter().any(|y| (y - ys[0]).abs() > 1e-3), "{ys:?}");
         assert!(o.predict(&[vec![0.0; N_INPUT - 1]]).is_err());
         assert!(o.predict(&[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_code_predictor_scores_code_and_is_not_taken_for_a_template_one() {
+        if !runtime() {
+            return;
+        }
+        let meta = vec![0.3; N_META];
+        let good = "import pandas as pd\nfrom sklearn.linear_model import Ridge\nm = Ridge().fit(x, y)\npd.DataFrame(p).to_csv('submission.csv')\n";
+        let bad = "import pandas as pd\nx = (\n";
+        let inputs: Vec<Vec<f32>> = (0..24)
+            .map(|i| code_input(&meta, if i % 2 == 0 { good } else { bad }))
+            .collect();
+        let targets: Vec<f64> = (0..24)
+            .map(|i| if i % 2 == 0 { 0.8 } else { 0.1 })
+            .collect();
+        let cfg = PredictorConfig {
+            epochs: 200,
+            ..Default::default()
+        };
+        let (p, _) = Predictor::train_on(&cfg, InputKind::Code, &inputs, &targets).unwrap();
+        assert_eq!(p.kind(), InputKind::Code);
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("code.onnx");
+        let o = OnnxPredictor::export_and_load(&p, &path).unwrap();
+        assert_eq!(o.kind(), InputKind::Code);
+        let ys = o
+            .predict(&[code_input(&meta, good), code_input(&meta, bad)])
+            .unwrap();
+        assert!(
+            ys[0] > ys[1] + 0.3,
+            "working code scored above broken code: {ys:?}"
+        );
+        assert!(max_abs_diff(&p, &o, 64, 1).unwrap() < 1e-5);
+        // Each kind refuses the other's file and rows of the other width.
+        let err = OnnxPredictor::load(&path).unwrap_err().to_string();
+        assert!(err.contains("code.onnx"), "{err}");
+        assert!(o.predict(&[vec![0.0; N_INPUT]]).is_err());
+        let t = d.path().join("template.onnx");
+        trained().export_onnx(&t).unwrap();
+        assert!(OnnxPredictor::load_kind(&t, InputKind::Code).is_err());
+        assert_eq!(inputs[0].len(), N_CODE_INPUT);
+        // The JSON weights round-trip with their kind.
+        let w = d.path().join("code.json");
+        p.save(&w).unwrap();
+        assert_eq!(Predictor::load(&w).unwrap().kind(), InputKind::Code);
     }
 
     #[test]

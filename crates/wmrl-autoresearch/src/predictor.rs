@@ -13,6 +13,7 @@ use candle_core::{Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use serde::{Deserialize, Serialize};
 
+use crate::code_features::N_CODE_INPUT;
 use crate::competition::N_META;
 use crate::error::{Error, Result, io_err};
 use crate::nn::{Dense, matrix, seeded};
@@ -20,6 +21,31 @@ use crate::solution::{N_OPTIONS, Solution};
 
 /// Input width: meta-features then the solution one-hot.
 pub const N_INPUT: usize = N_META + N_OPTIONS;
+
+/// What a predictor reads after the meta-features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum InputKind {
+    /// The agent's template choice as a one-hot ([`input`], [`N_INPUT`]).
+    Template,
+    /// Static features of arbitrary code
+    /// ([`crate::code_features::code_input`], [`N_CODE_INPUT`]).
+    Code,
+}
+
+impl InputKind {
+    pub fn width(self) -> usize {
+        match self {
+            Self::Template => N_INPUT,
+            Self::Code => N_CODE_INPUT,
+        }
+    }
+
+    fn of_width(w: usize) -> Option<Self> {
+        [Self::Template, Self::Code]
+            .into_iter()
+            .find(|k| k.width() == w)
+    }
+}
 
 /// One executed example.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,16 +102,23 @@ struct Weights {
 #[derive(Debug, Clone)]
 pub struct Predictor {
     layers: [Dense; 3],
+    kind: InputKind,
     dev: Device,
 }
 
 impl Predictor {
+    /// A template predictor ([`InputKind::Template`]).
     pub fn new(hidden: usize, seed: u64) -> Result<Self> {
+        Self::new_for(InputKind::Template, hidden, seed)
+    }
+
+    pub fn new_for(kind: InputKind, hidden: usize, seed: u64) -> Result<Self> {
         let dev = Device::Cpu;
         let mut rng = seeded(seed);
         Ok(Self {
+            kind,
             layers: [
-                Dense::new(N_INPUT, hidden, 1.0, &mut rng, &dev)?,
+                Dense::new(kind.width(), hidden, 1.0, &mut rng, &dev)?,
                 Dense::new(hidden, hidden, 1.0, &mut rng, &dev)?,
                 Dense::new(hidden, 1, 1.0, &mut rng, &dev)?,
             ],
@@ -97,6 +130,10 @@ impl Predictor {
         &self.layers
     }
 
+    pub fn kind(&self) -> InputKind {
+        self.kind
+    }
+
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.layers[0].forward(x)?.relu()?;
         let h = self.layers[1].forward(&h)?.relu()?;
@@ -105,17 +142,38 @@ impl Predictor {
 
     /// Fit on `examples`; returns the final training MSE.
     pub fn train(cfg: &PredictorConfig, examples: &[Example]) -> Result<(Self, f64)> {
-        if examples.is_empty() {
-            return Err(Error::Config("no examples to train the predictor".into()));
+        let inputs: Vec<Vec<f32>> = examples.iter().map(Example::input).collect();
+        let targets: Vec<f64> = examples.iter().map(|e| e.reward).collect();
+        Self::train_on(cfg, InputKind::Template, &inputs, &targets)
+    }
+
+    /// Fit on (input row, ladder value) pairs of `kind`'s width; returns
+    /// the final training MSE.
+    pub fn train_on(
+        cfg: &PredictorConfig,
+        kind: InputKind,
+        inputs: &[Vec<f32>],
+        targets: &[f64],
+    ) -> Result<(Self, f64)> {
+        if inputs.is_empty() || inputs.len() != targets.len() {
+            return Err(Error::Config(format!(
+                "the predictor needs examples ({} inputs, {} targets)",
+                inputs.len(),
+                targets.len()
+            )));
         }
-        let p = Self::new(cfg.hidden, cfg.seed)?;
-        let x = matrix(
-            &examples.iter().map(Example::input).collect::<Vec<_>>(),
-            &p.dev,
-        )?;
+        if let Some(bad) = inputs.iter().find(|r| r.len() != kind.width()) {
+            return Err(Error::Config(format!(
+                "predictor input of width {}, expected {}",
+                bad.len(),
+                kind.width()
+            )));
+        }
+        let p = Self::new_for(kind, cfg.hidden, cfg.seed)?;
+        let x = matrix(inputs, &p.dev)?;
         let y = Tensor::from_vec(
-            examples.iter().map(|e| e.reward as f32).collect::<Vec<_>>(),
-            examples.len(),
+            targets.iter().map(|&t| t as f32).collect::<Vec<_>>(),
+            targets.len(),
             &p.dev,
         )?;
         let vars: Vec<Var> = p.layers.iter().flat_map(Dense::vars).collect();
@@ -176,12 +234,17 @@ impl Predictor {
             path: path.into(),
             source,
         })?;
-        if w.shapes.len() != 6 || w.shapes[0].first() != Some(&N_INPUT) {
+        let kind = w
+            .shapes
+            .first()
+            .and_then(|s| s.first())
+            .and_then(|&d| InputKind::of_width(d));
+        let Some(kind) = kind.filter(|_| w.shapes.len() == 6) else {
             return Err(Error::Config(format!(
-                "{}: not a predictor for {N_INPUT} inputs",
+                "{}: not a predictor for {N_INPUT} (template) or {N_CODE_INPUT} (code) inputs",
                 path.display()
             )));
-        }
+        };
         let dev = Device::Cpu;
         let t = |i: usize| -> Result<Var> {
             Ok(Var::from_tensor(&Tensor::from_vec(
@@ -191,6 +254,7 @@ impl Predictor {
             )?)?)
         };
         Ok(Self {
+            kind,
             layers: [
                 Dense { w: t(0)?, b: t(1)? },
                 Dense { w: t(2)?, b: t(3)? },

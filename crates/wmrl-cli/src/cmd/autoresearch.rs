@@ -5,11 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use wmrl_autoresearch::bench::{BenchConfig, run_bench};
-use wmrl_autoresearch::collect::{collect, evaluate_predictor, read_examples, write_examples};
+use wmrl_autoresearch::collect::{
+    collect, evaluate_predictor_on, example_inputs, read_examples, write_examples,
+};
 use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
 use wmrl_autoresearch::onnx_predictor::{OnnxPredictor, max_abs_diff};
-use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
+use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig};
+use wmrl_autoresearch::rewards::{RewardConfig, RewardService};
 use wmrl_autoresearch::sandbox::repo_root;
 use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
 
@@ -90,6 +93,42 @@ pub enum Sub {
         heldout: Option<PathBuf>,
         #[arg(long)]
         out: PathBuf,
+        /// Train the code predictor instead: inputs are static features of
+        /// the code each solution renders to (any code can be scored, the
+        /// world model of `serve-rewards`), not the template one-hot.
+        #[arg(long)]
+        code: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// The reward service for LLM trainers: answers HTTP POST /v1/rewards
+    /// with one reward per candidate solution through the correction loop
+    /// (anchor groups executed in the sandbox, the rest scored by the code
+    /// predictor and calibrated); GET /v1/health. Protocol:
+    /// docs/autoresearch.md; Python client: envs/mledojo/wmrl_rewards.py.
+    ServeRewards {
+        /// Address to listen on (port 0: any free port; the bound address
+        /// is printed as `listening on http://HOST:PORT`).
+        #[arg(long, default_value = "127.0.0.1:8799")]
+        bind: String,
+        /// real (execute every group), wm (world model only) or wmrl.
+        #[arg(long, default_value = "wmrl")]
+        arm: String,
+        /// Fraction of groups executed in the sandbox (wmrl).
+        #[arg(long, default_value_t = 0.25)]
+        anchor_fraction: f64,
+        /// Code predictor ONNX file (`fit-predictor --code`); wm and wmrl.
+        #[arg(long, default_value = "runs/autoresearch/code_predictor.onnx")]
+        predictor: PathBuf,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// The loop's state, loaded on start if present and written after
+        /// every request.
+        #[arg(long, default_value = "runs/autoresearch/rewards_state.json")]
+        state: PathBuf,
+        /// Stop after this many answered requests (0: serve until killed).
+        #[arg(long, default_value_t = 0)]
+        max_requests: u64,
         #[command(flatten)]
         common: Common,
     },
@@ -165,8 +204,10 @@ fn print_predictor_eval(
     label: &str,
     p: &OnnxPredictor,
     data: &[wmrl_autoresearch::predictor::Example],
+    suite: &Suite,
 ) -> anyhow::Result<serde_json::Value> {
-    let e = evaluate_predictor(p, data)?;
+    let inputs = example_inputs(p.kind(), data, suite)?;
+    let e = evaluate_predictor_on(p, &inputs, data)?;
     println!(
         "predictor on {label}: n={} spearman pooled={} within-competition mean={} mae={:.3}",
         e.n,
@@ -241,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             data,
             heldout,
             out,
+            code,
             common,
         } => {
             let s = suite(&common)?;
@@ -260,7 +302,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     "--out is the ONNX file (e.g. predictor.onnx); the JSON weights go beside it"
                 );
             }
-            let (p, mse) = Predictor::train(&PredictorConfig::default(), &train_data)?;
+            let kind = if code {
+                InputKind::Code
+            } else {
+                InputKind::Template
+            };
+            let inputs = example_inputs(kind, &train_data, &s)?;
+            let targets: Vec<f64> = train_data.iter().map(|e| e.reward).collect();
+            let (p, mse) =
+                Predictor::train_on(&PredictorConfig::default(), kind, &inputs, &targets)?;
             if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
                 mkdir(dir)?;
             }
@@ -273,9 +323,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 weights.display(),
                 max_abs_diff(&p, &onnx, 256, 0)?
             );
-            print_predictor_eval("training data", &onnx, &train_data)?;
+            print_predictor_eval("training data", &onnx, &train_data, &s)?;
             if let Some(h) = heldout {
-                print_predictor_eval("held-out competitions", &onnx, &read_examples(&h)?)?;
+                print_predictor_eval("held-out competitions", &onnx, &read_examples(&h)?, &s)?;
             }
         }
         Sub::Train {
@@ -335,6 +385,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             out,
             common,
         } => bench(seeds, per_competition, steps, &out, &common)?,
+        Sub::ServeRewards {
+            bind,
+            arm,
+            anchor_fraction,
+            predictor,
+            seed,
+            state,
+            max_requests,
+            common,
+        } => {
+            let arm = ArArm::from_name(&arm).context("arm must be real, wm or wmrl")?;
+            let pred = if arm == ArArm::Real {
+                None
+            } else {
+                Some(
+                    OnnxPredictor::load_kind(&predictor, InputKind::Code).context(
+                        "loading the code predictor (`wmrl autoresearch fit-predictor --code --out <file.onnx>` writes one)",
+                    )?,
+                )
+            };
+            if let Some(dir) = state.parent().filter(|d| !d.as_os_str().is_empty()) {
+                mkdir(dir)?;
+            }
+            let cfg = RewardConfig {
+                arm,
+                anchor_fraction,
+                seed,
+                core: wmrl_autoresearch::train::small_scale_core(),
+            };
+            let service =
+                RewardService::new(suite(&common)?, executor(&common)?, pred, cfg, Some(&state))?;
+            crate::cmd::rewards_http::serve(service, &bind, max_requests)?;
+        }
     }
     Ok(())
 }

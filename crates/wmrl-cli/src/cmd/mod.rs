@@ -7,6 +7,7 @@ pub mod demos;
 pub mod episodes;
 pub mod eval;
 pub mod quickstart;
+pub mod rewards_http;
 pub mod serve_sim;
 pub mod sft;
 pub mod train;

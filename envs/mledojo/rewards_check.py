@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""End-to-end check of the reward service (scripts/checks.d/45-rewards.sh):
+wmrl trains a code predictor on its own sandbox results, serves rewards over
+HTTP, and the Python client (wmrl_rewards.py, the TRL reward-function
+signature) gets them. Loopback only; no TRL or GPU needed.
+
+    python envs/mledojo/rewards_check.py --wmrl target/debug/wmrl
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from wmrl_rewards import RewardServiceError, WmrlRewards, extract_code  # noqa: E402
+
+GOOD = """import pandas as pd
+from sklearn.linear_model import LogisticRegression
+t = pd.read_csv('public/train.csv'); te = pd.read_csv('public/test.csv')
+X = t.drop(columns=['id', 'target'])
+m = LogisticRegression(max_iter=%d).fit(X, t.target)
+pd.DataFrame({'id': te.id, 'target': m.predict(te[X.columns])}).to_csv('submission.csv', index=False)
+"""
+BROKEN = "import pandas as pd\nt = pd.read_csv('public/train.csv'\n"
+NO_SUBMISSION = "import pandas as pd\nt = pd.read_csv('public/train.csv')\nprint(len(t))\n"
+CANDIDATES = [GOOD % 500, BROKEN, GOOD % 50, NO_SUBMISSION]
+
+
+def run(*args):
+    print("+", " ".join(args), flush=True)
+    subprocess.run(args, check=True)
+
+
+def post(url, body: bytes):
+    req = urllib.request.Request(url, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def start(wmrl, work, *extra):
+    p = subprocess.Popen(
+        [wmrl, "autoresearch", "serve-rewards", "--bind", "127.0.0.1:0",
+         "--predictor", f"{work}/code.onnx", "--state", f"{work}/state.json",
+         "--cache", f"{work}/cache.jsonl", "--anchor-fraction", "0.5", *extra],
+        stdout=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    assert line.startswith("listening on http://"), line
+    return p, line.split()[-1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--wmrl", required=True)
+    ap.add_argument("--per-competition", default="3")
+    a = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="wmrl-rewards-")
+    # The code world model, trained by wmrl on its own sandbox results.
+    run(a.wmrl, "autoresearch", "collect", "--split", "train", "--per-competition",
+        a.per_competition, "--seed", "0", "--out", f"{work}/train.jsonl",
+        "--cache", f"{work}/cache.jsonl")
+    run(a.wmrl, "autoresearch", "fit-predictor", "--code", "--data", f"{work}/train.jsonl",
+        "--out", f"{work}/code.onnx", "--cache", f"{work}/cache.jsonl")
+
+    server, url = start(a.wmrl, work)
+    try:
+        client = WmrlRewards(url, competition="iris")
+        assert client.health()["requests"] == 0
+
+        # Two groups at anchor fraction 0.5: one executed, one scored.
+        r = client.score_groups("iris", [CANDIDATES, CANDIDATES[::-1]])
+        assert len(r["anchors"]) == 1, r
+        assert [len(g) for g in r["rewards"]] == [4, 4], r
+        assert r["labels_used"] == 4 and r["sandbox_cpu_secs"] > 0, r
+        g = r["anchors"][0]
+        real = r["scores"][g]
+        good = [0, 2] if g == 0 else [1, 3]
+        bad = [1, 3] if g == 0 else [0, 2]
+        # Real grades: working solutions beat a syntax error and a missing
+        # submission, and so do their rewards.
+        assert min(real[i] for i in good) > max(real[i] for i in bad), real
+        assert min(r["rewards"][g][i] for i in good) > max(r["rewards"][g][i] for i in bad), r
+        for grp in r["rewards"]:
+            assert abs(sum(grp)) < 1e-6, "rewards are group-centred advantages"
+        other = 1 - g
+        assert all(s is not None for s in r["scores"][other]), "world-model group scored"
+
+        # Bad requests: a clear error, nothing counted.
+        code, e = post(url + "/v1/rewards", b"{not json")
+        assert code == 400 and "not a reward request" in e["error"], (code, e)
+        code, e = post(url + "/v1/rewards", json.dumps(
+            {"protocol": 99, "competition": "iris", "groups": [CANDIDATES]}).encode())
+        assert code == 422 and "protocol 99" in e["error"], (code, e)
+        code, e = post(url + "/v1/rewards", json.dumps(
+            {"protocol": 1, "competition": "nope", "groups": [CANDIDATES]}).encode())
+        assert code == 422 and "no competition" in e["error"], (code, e)
+        code, e = post(url + "/v1/rewards", json.dumps(
+            {"protocol": 1, "competition": "iris", "groups": [[GOOD % 500]]}).encode())
+        assert code == 422 and "at least two" in e["error"], (code, e)
+        try:
+            WmrlRewards(url).score_groups("nope", [CANDIDATES])
+            raise AssertionError("an unknown competition must raise")
+        except RewardServiceError as err:
+            assert "no competition" in str(err)
+        assert client.health()["requests"] == 1
+
+        # The TRL reward-function call: conversational completions, code in
+        # fences, groups by prompt (TRL's num_generations per prompt).
+        fenced = [[{"role": "assistant", "content": f"Here:\n```python\n{c}```\n"}]
+                  for c in CANDIDATES]
+        assert extract_code(fenced[0][0]["content"]) == CANDIDATES[0]
+        rewards = client(prompts=["p1"] * 4 + ["p2"] * 4, completions=fenced + fenced[::-1],
+                         completion_ids=None, trainer_state=None)
+        assert len(rewards) == 8 and all(isinstance(x, float) for x in rewards), rewards
+        assert abs(sum(rewards[:4])) < 1e-6 and abs(sum(rewards[4:])) < 1e-6, rewards
+        health = client.health()
+        assert health["requests"] == 2 and health["labels_total"] == 8, health
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    # The state survives a restart; other settings on the same state fail.
+    server, url = start(a.wmrl, work)
+    try:
+        h = WmrlRewards(url).health()
+        assert h["requests"] == 2 and h["labels_total"] == 8, h
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    p = subprocess.run(
+        [a.wmrl, "autoresearch", "serve-rewards", "--bind", "127.0.0.1:0",
+         "--predictor", f"{work}/code.onnx", "--state", f"{work}/state.json",
+         "--cache", f"{work}/cache.jsonl", "--anchor-fraction", "0.25"],
+        capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "other settings" in p.stderr, (p.returncode, p.stderr)
+    print("reward service check: passed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Client of `wmrl autoresearch serve-rewards` (docs/autoresearch.md, "The
+reward service"): wmrl as the reward of an LLM trainer's GRPO loop.
+
+Standard library only. `WmrlRewards` has the signature TRL's GRPO trainer
+expects of a reward function (`reward_funcs=[WmrlRewards(...)]`): it takes
+the batch's prompts and completions (plain strings or conversational
+messages), groups consecutive completions of the same prompt, extracts the
+code of each (the first fenced ```python block, or the whole text), and
+returns one float per completion. The service returns each candidate's
+advantage (group-centred, anchor groups weighted), so TRL's own centring
+changes nothing; give TRL `scale_rewards="none"` (or `False` in older
+versions) to keep the anchor weight, which a per-group division by the
+standard deviation would cancel.
+
+    from wmrl_rewards import WmrlRewards
+    reward = WmrlRewards("http://127.0.0.1:8799", competition="tabular-regression-0")
+    reward(prompts=["p", "p"], completions=["```python\\n...\\n```", "..."])
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+
+PROTOCOL = 1
+
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+class RewardServiceError(RuntimeError):
+    """The service refused a request or could not be reached."""
+
+
+def extract_code(text: str) -> str:
+    """The first fenced code block of a completion, or the whole text."""
+    m = _FENCE.search(text)
+    return m.group(1) if m else text
+
+
+def _text(completion) -> str:
+    # Conversational completions are lists of {"role", "content"} messages.
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    return "".join(_text(m) for m in completion)
+
+
+class WmrlRewards:
+    """A TRL-style reward function backed by the wmrl reward service."""
+
+    __name__ = "wmrl"
+
+    def __init__(self, url: str = "http://127.0.0.1:8799", competition: str | None = None,
+                 timeout: float = 900.0):
+        self.url = url.rstrip("/")
+        self.competition = competition
+        self.timeout = timeout
+        self.last_reply: dict | None = None
+
+    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                reply = json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            try:
+                message = json.loads(e.read()).get("error", str(e))
+            except (ValueError, AttributeError):
+                message = str(e)
+            raise RewardServiceError(f"{path}: HTTP {e.code}: {message}") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
+            raise RewardServiceError(f"{self.url}{path}: {e}") from None
+        if reply.get("protocol") != PROTOCOL:
+            raise RewardServiceError(
+                f"the service speaks protocol {reply.get('protocol')}, this client {PROTOCOL}")
+        return reply
+
+    def health(self) -> dict:
+        return self._call("GET", "/v1/health")
+
+    def score_groups(self, competition: str, groups: list[list[str]]) -> dict:
+        """One request: groups of code strings; the service's whole reply."""
+        reply = self._call("POST", "/v1/rewards",
+                           {"protocol": PROTOCOL, "competition": competition, "groups": groups})
+        self.last_reply = reply
+        return reply
+
+    def __call__(self, prompts=None, completions=None, competition=None, **kwargs) -> list[float]:
+        if completions is None:
+            raise ValueError("completions are required")
+        n = len(completions)
+        prompts = prompts if prompts is not None else [None] * n
+        if isinstance(competition, str) or competition is None:
+            comps = [competition or self.competition] * n
+        else:
+            comps = list(competition)  # a dataset column: one per completion
+        if any(c is None for c in comps):
+            raise ValueError("no competition: pass competition= here or as a dataset column")
+        # Consecutive completions of one (competition, prompt) form a group,
+        # as TRL lays out its num_generations samples per prompt.
+        spans: list[tuple[str, int, int]] = []
+        start = 0
+        for i in range(1, n + 1):
+            if i == n or comps[i] != comps[start] or _key(prompts[i]) != _key(prompts[start]):
+                spans.append((comps[start], start, i))
+                start = i
+        rewards = [0.0] * n
+        for comp in dict.fromkeys(c for c, _, _ in spans):
+            mine = [(a, b) for c, a, b in spans if c == comp]
+            groups = [[extract_code(_text(completions[k])) for k in range(a, b)] for a, b in mine]
+            reply = self.score_groups(comp, groups)
+            for (a, _), g in zip(mine, reply["rewards"]):
+                for j, r in enumerate(g):
+                    rewards[a + j] = float(r)
+        return rewards
+
+
+def _key(prompt) -> str:
+    return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True, default=str)

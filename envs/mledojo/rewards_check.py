@@ -114,16 +114,34 @@ def main():
         assert client.health()["requests"] == 1
 
         # The TRL reward-function call: conversational completions, code in
-        # fences, groups by prompt (TRL's num_generations per prompt).
+        # fences, groups by prompt (TRL's num_generations per prompt); the
+        # two groups hold different candidates, so a grouping error shows.
+        other_set = [GOOD % 300, NO_SUBMISSION, NO_SUBMISSION, BROKEN]
         fenced = [[{"role": "assistant", "content": f"Here:\n```python\n{c}```\n"}]
-                  for c in CANDIDATES]
+                  for c in CANDIDATES + other_set]
         assert extract_code(fenced[0][0]["content"]) == CANDIDATES[0]
-        rewards = client(prompts=["p1"] * 4 + ["p2"] * 4, completions=fenced + fenced[::-1],
+        rewards = client(prompts=["p1"] * 4 + ["p2"] * 4, completions=fenced,
                          completion_ids=None, trainer_state=None)
         assert len(rewards) == 8 and all(isinstance(x, float) for x in rewards), rewards
         assert abs(sum(rewards[:4])) < 1e-6 and abs(sum(rewards[4:])) < 1e-6, rewards
+        assert [len(g) for g in client.last_reply["rewards"]] == [4, 4], client.last_reply
         health = client.health()
         assert health["requests"] == 2 and health["labels_total"] == 8, health
+
+        # One group per request (TRL on one device with a batch of one
+        # prompt): at fraction 0.5 every second one is executed, and an
+        # executed group is rewarded by its real grades (the ladder: 0.1 a
+        # syntax error, 0.2 no submission), not by the world model.
+        one = WmrlRewards(url, competition="iris", num_generations=4)
+        one(completions=CANDIDATES)
+        assert one.last_reply["anchors"] == [], one.last_reply
+        one(completions=CANDIDATES)
+        r = one.last_reply
+        assert r["anchors"] == [0] and r["labels_used"] == 4, r
+        assert r["scores"][0][1] == 0.1 and r["scores"][0][3] == 0.2, r
+        assert min(r["scores"][0][0], r["scores"][0][2]) >= 0.5, r
+        health = client.health()
+        assert health["requests"] == 4 and health["labels_total"] == 12, health
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -132,7 +150,7 @@ def main():
     server, url = start(a.wmrl, work)
     try:
         h = WmrlRewards(url).health()
-        assert h["requests"] == 2 and h["labels_total"] == 8, h
+        assert h["requests"] == 4 and h["labels_total"] == 12, h
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -53,7 +53,9 @@ def main():
     from trl import GRPOConfig, GRPOTrainer
 
     data = Dataset.from_list(prompts(a.suite))
-    reward = WmrlRewards(a.url)  # the `competition` column names each row's
+    # The `competition` column names each row's competition; groups are
+    # TRL's num_generations consecutive completions.
+    reward = WmrlRewards(a.url, num_generations=8)
     cfg = GRPOConfig(
         output_dir="runs/trl_grpo",
         num_generations=8,  # one wmrl group per prompt

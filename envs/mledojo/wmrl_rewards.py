@@ -25,6 +25,8 @@ import urllib.error
 import urllib.request
 
 PROTOCOL = 1
+# Most candidates the service takes in one request.
+MAX_CANDIDATES = 1024
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 
@@ -54,9 +56,17 @@ class WmrlRewards:
     __name__ = "wmrl"
 
     def __init__(self, url: str = "http://127.0.0.1:8799", competition: str | None = None,
-                 timeout: float = 900.0):
+                 num_generations: int | None = None, timeout: float = 900.0):
+        """`num_generations`: the trainer's completions per prompt (TRL's
+        `num_generations`); the batch is cut into groups of that many,
+        consecutive. Without it, consecutive completions of equal prompts
+        form a group (which merges two adjacent groups of the same prompt:
+        give `num_generations` when a batch can hold a prompt twice)."""
+        if num_generations is not None and num_generations < 2:
+            raise ValueError("num_generations must be at least 2 (GRPO groups)")
         self.url = url.rstrip("/")
         self.competition = competition
+        self.num_generations = num_generations
         self.timeout = timeout
         self.last_reply: dict | None = None
 
@@ -98,25 +108,50 @@ class WmrlRewards:
         if isinstance(competition, str) or competition is None:
             comps = [competition or self.competition] * n
         else:
-            comps = list(competition)  # a dataset column: one per completion
-        if any(c is None for c in comps):
+            # A dataset column, one per completion; a missing entry falls
+            # back to the constructor's competition.
+            comps = [c if c is not None else self.competition for c in competition]
+        if len(comps) != n or any(c is None for c in comps):
             raise ValueError("no competition: pass competition= here or as a dataset column")
-        # Consecutive completions of one (competition, prompt) form a group,
-        # as TRL lays out its num_generations samples per prompt.
         spans: list[tuple[str, int, int]] = []
-        start = 0
-        for i in range(1, n + 1):
-            if i == n or comps[i] != comps[start] or _key(prompts[i]) != _key(prompts[start]):
-                spans.append((comps[start], start, i))
-                start = i
+        if self.num_generations:
+            g = self.num_generations
+            if n % g:
+                raise ValueError(
+                    f"{n} completions are not whole groups of num_generations = {g}: each "
+                    "process's batch must hold whole groups (TRL: per-device batch a multiple "
+                    "of num_generations)")
+            for a in range(0, n, g):
+                if len(set(comps[a:a + g])) != 1:
+                    raise ValueError(f"completions {a}..{a + g - 1} name several competitions")
+                spans.append((comps[a], a, a + g))
+        else:
+            # Consecutive completions of one (competition, prompt) form a
+            # group, as TRL lays out its samples per prompt.
+            start = 0
+            for i in range(1, n + 1):
+                if i == n or comps[i] != comps[start] or _key(prompts[i]) != _key(prompts[start]):
+                    spans.append((comps[start], start, i))
+                    start = i
         rewards = [0.0] * n
         for comp in dict.fromkeys(c for c, _, _ in spans):
             mine = [(a, b) for c, a, b in spans if c == comp]
-            groups = [[extract_code(_text(completions[k])) for k in range(a, b)] for a, b in mine]
-            reply = self.score_groups(comp, groups)
-            for (a, _), g in zip(mine, reply["rewards"]):
-                for j, r in enumerate(g):
-                    rewards[a + j] = float(r)
+            # Requests of whole groups, each under the service's limit.
+            batches: list[list[tuple[int, int]]] = [[]]
+            size = 0
+            for a, b in mine:
+                if size + (b - a) > MAX_CANDIDATES and batches[-1]:
+                    batches.append([])
+                    size = 0
+                batches[-1].append((a, b))
+                size += b - a
+            for batch in batches:
+                groups = [[extract_code(_text(completions[k])) for k in range(x, y)]
+                          for x, y in batch]
+                reply = self.score_groups(comp, groups)
+                for (x, _), g in zip(batch, reply["rewards"]):
+                    for j, r in enumerate(g):
+                        rewards[x + j] = float(r)
         return rewards
 
 

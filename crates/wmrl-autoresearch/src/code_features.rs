@@ -12,7 +12,7 @@
 //!
 //! The predictor's input is the competition's meta-features followed by
 //! these ([`code_input`]); it is trained by `wmrl autoresearch
-//! fit-code-predictor` on the project's own sandbox results.
+//! fit-predictor --code` on the project's own sandbox results.
 
 use crate::competition::N_META;
 

@@ -90,10 +90,12 @@ struct State {
     config: RewardConfig,
     core: CorrectionLoop,
     ledger: Ledger,
-    /// Anchor groups owed: `anchor_fraction` per group seen, minus those
-    /// executed (so the realised fraction tracks the setting over requests
-    /// of any size).
-    anchor_credit: f64,
+    /// Groups answered and groups executed: a request executes as many
+    /// groups as bring the executed count to `floor(anchor_fraction x
+    /// groups seen)`, so the realised fraction tracks the setting over
+    /// requests of any size.
+    groups_seen: u64,
+    groups_executed: u64,
     requests: u64,
 }
 
@@ -151,14 +153,26 @@ impl RewardService {
         };
         let state = match loaded {
             Some(s) => s,
-            None => State {
-                core: CorrectionLoop::new(cfg.core.clone(), cfg.arm.core(), cfg.seed)
-                    .map_err(|e| Error::Config(e.to_string()))?,
-                config: cfg,
-                ledger: Ledger::default(),
-                anchor_credit: 0.0,
-                requests: 0,
-            },
+            None => {
+                let core = CorrectionLoop::new(cfg.core.clone(), cfg.arm.core(), cfg.seed)
+                    .map_err(|e| Error::Config(e.to_string()))?;
+                // A request is a slice of one scarce stream: one whose groups
+                // are all executed keeps its real grades and the weight
+                // (free labels only when everything is executed).
+                let core = if cfg.anchor_fraction < 1.0 {
+                    core.in_scarce_regime()
+                } else {
+                    core
+                };
+                State {
+                    core,
+                    config: cfg,
+                    ledger: Ledger::default(),
+                    groups_seen: 0,
+                    groups_executed: 0,
+                    requests: 0,
+                }
+            }
         };
         Ok(Self {
             suite,
@@ -178,7 +192,9 @@ impl RewardService {
     }
 
     /// Answer one request. A malformed request is an [`Error::Config`]
-    /// that names what is wrong and changes no state.
+    /// that names what is wrong; any failure (a refused request, the loop,
+    /// or saving the state) leaves the state as it was, so a retry counts
+    /// nothing twice.
     pub fn score(&mut self, req: &RewardRequest) -> Result<RewardReply> {
         if req.protocol != PROTOCOL {
             return Err(Error::Config(format!(
@@ -206,13 +222,16 @@ impl RewardService {
             )));
         }
         let n = req.groups.len();
-        let st = &mut self.state;
+        // Work on a copy; it replaces the state only once saved.
+        let mut st = self.state.clone();
         let anchors: Vec<usize> = match st.config.arm {
             ArArm::Real => (0..n).collect(),
             ArArm::Wm => Vec::new(),
             ArArm::Wmrl => {
-                let owed = st.anchor_credit + st.config.anchor_fraction * n as f64;
-                let k = (owed.floor() as usize).min(n);
+                let seen = st.groups_seen + n as u64;
+                // The epsilon keeps 10 x 0.1 from flooring to 0.999...
+                let due = (st.config.anchor_fraction * seen as f64 + 1e-9).floor() as u64;
+                let k = (due.saturating_sub(st.groups_executed) as usize).min(n);
                 let mut rng = SplitMix64::new(
                     st.config.seed ^ st.requests.wrapping_mul(0x9E37_79B9_7F4A_7C15),
                 );
@@ -230,14 +249,12 @@ impl RewardService {
             groups: &req.groups,
             ledger: &mut st.ledger,
         };
-        let mut core = st.core.clone();
-        let out = core
-            .step_with_anchors(&sizes, &anchors, &mut scorers)
-            .map_err(|e| Error::Config(format!("correction loop: {e}")))?;
-        st.core = core;
-        if st.config.arm == ArArm::Wmrl {
-            st.anchor_credit += st.config.anchor_fraction * n as f64 - anchors.len() as f64;
-        }
+        let out = st.core.step_with_anchors(&sizes, &anchors, &mut scorers)?;
+        // The per-pair and per-rollout records would grow the state file
+        // with every request; the reply carries what a trainer needs.
+        st.core.take_diagnostics();
+        st.groups_seen += n as u64;
+        st.groups_executed += anchors.len() as u64;
         st.ledger.labels += out.stats.labels_used as u64;
         st.requests += 1;
         let reply = RewardReply {
@@ -257,16 +274,17 @@ impl RewardService {
             sandbox_cpu_secs_total: st.ledger.real_cpu_seconds,
             requests: st.requests,
         };
-        self.save()?;
+        self.save(&st)?;
+        self.state = st;
         Ok(reply)
     }
 
-    /// Write the state (atomically) where the service was told to keep it.
-    fn save(&self) -> Result<()> {
+    /// Write `state` (atomically) where the service was told to keep it.
+    fn save(&self, state: &State) -> Result<()> {
         let Some(p) = &self.state_path else {
             return Ok(());
         };
-        let text = serde_json::to_string(&self.state).map_err(|source| Error::Json {
+        let text = serde_json::to_string(state).map_err(|source| Error::Json {
             path: p.clone(),
             source,
         })?;

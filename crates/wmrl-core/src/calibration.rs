@@ -144,7 +144,8 @@ impl IsotonicMap {
 
     /// [`Self::eval_many`] into a buffer the caller keeps (no allocation:
     /// a loop that maps a batch every step reuses one). `out` must be as
-    /// long as `xs`; extra entries are left as they are.
+    /// long as `xs` (it panics on a shorter one; [`Calibrator::apply_into`]
+    /// returns an error instead); extra entries are left as they are.
     pub fn eval_into(&self, xs: &[f64], out: &mut [f64]) {
         const MIXED: u32 = u32::MAX;
         let n = self.xs.len();

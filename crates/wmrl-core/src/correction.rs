@@ -85,6 +85,10 @@ pub struct CorrectionLoop {
     /// Seed of the within-group permutations of the shuffled control arm.
     #[serde(default)]
     shuffle_seed: u64,
+    /// Every step is in the scarce-label regime, even one whose groups are
+    /// all anchors ([`CorrectionLoop::in_scarce_regime`]).
+    #[serde(default)]
+    scarce_regime: bool,
 }
 
 fn mean(xs: &[f64]) -> Option<f64> {
@@ -103,7 +107,25 @@ impl CorrectionLoop {
             arm,
             step: 0,
             shuffle_seed: seed ^ 0x54AF_F1E5,
+            scarce_regime: false,
         })
+    }
+
+    /// Treat every step as the scarce-label regime. By default a step whose
+    /// groups are all anchors is the free-label regime (the anchor weight
+    /// off, anchors rewarded by `anchor_reward`); a caller whose steps are
+    /// small slices of a scarce stream (the AutoResearch reward service
+    /// answers one request of one group at a time) sets this so that an
+    /// executed slice keeps its real outcomes and its weight.
+    pub fn in_scarce_regime(mut self) -> Self {
+        self.scarce_regime = true;
+        self
+    }
+
+    /// Hand over what was recorded so far, leaving the record empty (a
+    /// long-lived caller keeps its state small).
+    pub fn take_diagnostics(&mut self) -> Diagnostics {
+        std::mem::take(&mut self.diagnostics)
     }
 
     pub fn arm(&self) -> Arm {
@@ -286,7 +308,8 @@ impl CorrectionLoop {
         }
         // The weight fuses two streams; with every group an anchor there is
         // one stream and the weight is off (METHOD.md, free labels).
-        let weight = if arm.weights() && anchors.len() < n {
+        let all_anchors = anchors.len() == n && !self.scarce_regime;
+        let weight = if arm.weights() && !all_anchors {
             self.weight.weight()
         } else {
             1.0
@@ -313,7 +336,7 @@ impl CorrectionLoop {
         let (mut fallback_groups, mut groups_skipped) = (0, 0);
         // Free labels (every group an anchor) in an arm that calibrates: the
         // anchor reward mode decides how success and f(dense) combine.
-        let free_reward = (arm.calibrates() && anchors.len() == n && wm_raw.is_some())
+        let free_reward = (arm.calibrates() && all_anchors && wm_raw.is_some())
             .then_some(self.cfg.anchor_reward)
             .filter(|m| *m != AnchorReward::Sparse);
         let mut shuffle = SplitMix64::new(self.shuffle_seed ^ self.step.wrapping_mul(0x9E37_79B9));

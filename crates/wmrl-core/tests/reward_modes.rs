@@ -157,3 +157,50 @@ fn shuffled_control_permutes_sparse_advantages_within_groups() {
     }
     assert!(differs, "some group was reordered");
 }
+
+#[test]
+fn a_scarce_stream_in_one_group_slices_keeps_real_outcomes_and_the_weight() {
+    // The reward service's case: one group per step, executed now and then.
+    // In the scarce regime an all-anchor step is not free labels: its group
+    // is rewarded with the real outcomes (not `calib`'s f(dense)) and the
+    // weight is live once warmed up.
+    let cfg = CoreConfig {
+        weight: wmrl_core::WeightConfig {
+            warmup_groups: 1,
+            ..wmrl_core::WeightConfig::default()
+        },
+        ..config(0.25, AnchorReward::Calib)
+    };
+    let mut scarce = CorrectionLoop::new(cfg.clone(), Arm::Wmrl, 0)
+        .expect("valid")
+        .in_scarce_regime();
+    let mut free = CorrectionLoop::new(cfg, Arm::Wmrl, 0).expect("valid");
+    let mut weights = Vec::new();
+    for round in 0..3 {
+        for g in 0..2 {
+            let mut s = groups();
+            s.wm = vec![s.wm[g].clone()];
+            s.real = vec![s.real[g].clone()];
+            let a = scarce.step_with_anchors(&[4], &[0], &mut s).expect("step");
+            let b = free.step_with_anchors(&[4], &[0], &mut s).expect("step");
+            let real: Vec<Option<f64>> = s.real[0].iter().map(|&r| Some(r)).collect();
+            assert_eq!(a.rewards[0], real, "round {round}: real outcomes kept");
+            weights.push(a.stats.weight);
+            assert_eq!(b.stats.weight, 1.0, "free labels: the weight is off");
+            if b.stats.calibrated {
+                let f: Vec<Option<f64>> = free
+                    .calibrator()
+                    .apply(&s.wm[0])
+                    .expect("apply")
+                    .into_iter()
+                    .map(Some)
+                    .collect();
+                assert_eq!(b.rewards[0], f, "free labels reward by calib");
+            }
+        }
+    }
+    assert!(
+        weights.iter().any(|&w| w != 1.0),
+        "the weight moves in the scarce regime: {weights:?}"
+    );
+}

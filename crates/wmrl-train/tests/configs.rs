@@ -5,17 +5,17 @@ use wmrl_train::TrainConfig;
 #[test]
 fn shipped_configs_are_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
-    for name in [
-        "quickstart.toml",
-        "bench_sim.toml",
-        "bench_sim_free.toml",
-        "libero_long_sim.toml",
-        "grpo_sim.toml",
-        "grpo_one_task.toml",
-        "grpo_all_head.toml",
-        "libero_ci.toml",
-    ] {
+    // Every run config in configs/ (policy_tiny.toml is the SFT config).
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("configs/")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".toml") && n != "policy_tiny.toml")
+        .collect();
+    names.sort();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
         let cfg = TrainConfig::load(&dir.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        cfg.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(cfg.steps > 0, "{name}");
     }
 }

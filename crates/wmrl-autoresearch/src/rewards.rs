@@ -15,11 +15,11 @@
 //! reloaded on start, so a restarted service continues where it stopped.
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use wmrl_core::rng::SplitMix64;
-use wmrl_core::{CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers, Stage};
+use wmrl_core::{CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers};
 
 use crate::Suite;
 use crate::code_features::code_input;
@@ -27,7 +27,7 @@ use crate::competition::Competition;
 use crate::error::{Error, Result, io_err};
 use crate::execute::Executor;
 use crate::onnx_predictor::OnnxPredictor;
-use crate::train::ArArm;
+use crate::train::{ArArm, charge_real, charge_world_model, execute_codes};
 
 /// Version of the request and reply shapes; a request of another version
 /// is refused.
@@ -305,53 +305,34 @@ struct RequestScorers<'a> {
 impl Scorers for RequestScorers<'_> {
     fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError> {
         let p = self.predictor.ok_or("this arm has no world model")?;
-        let t = std::time::Instant::now();
+        let t = Instant::now();
         let meta = &self.comp.meta.meta_features;
         let inputs: Vec<Vec<f32>> = groups
             .iter()
             .flat_map(|&g| self.groups[g].iter().map(|code| code_input(meta, code)))
             .collect();
         let flat = p.predict(&inputs)?;
-        self.ledger.record(
-            Stage::WorldModel,
-            flat.len() as u64,
-            t.elapsed().as_secs_f64(),
-        );
-        let mut it = flat.into_iter();
-        Ok(groups
-            .iter()
-            .map(|&g| self.groups[g].iter().filter_map(|_| it.next()).collect())
-            .collect())
+        Ok(charge_world_model(
+            self.ledger,
+            t,
+            flat,
+            &self.sizes(groups),
+        ))
     }
 
     fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
-        let t = std::time::Instant::now();
-        let codes: Vec<&String> = groups.iter().flat_map(|&g| &self.groups[g]).collect();
-        let outs: Vec<_> = codes
-            .par_iter()
-            .map(|code| match self.executor.execute(self.comp, code) {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    tracing::warn!("execution failed on {}: {e}", self.comp.name());
-                    None
-                }
-            })
-            .collect();
-        self.ledger.record(
-            Stage::RealExecution,
-            codes.len() as u64,
-            t.elapsed().as_secs_f64(),
-        );
-        self.ledger.real_cpu_seconds += outs.iter().flatten().map(|o| o.cpu_secs).sum::<f64>();
-        let mut it = outs.into_iter();
-        Ok(groups
+        let t = Instant::now();
+        let jobs: Vec<(&Competition, String)> = groups
             .iter()
-            .map(|&g| {
-                self.groups[g]
-                    .iter()
-                    .map(|_| it.next().flatten().map(|o| o.grade.reward))
-                    .collect()
-            })
-            .collect())
+            .flat_map(|&g| self.groups[g].iter().map(|code| (self.comp, code.clone())))
+            .collect();
+        let outs = execute_codes(self.executor, &jobs);
+        Ok(charge_real(self.ledger, t, outs, &self.sizes(groups)))
+    }
+}
+
+impl RequestScorers<'_> {
+    fn sizes(&self, groups: &[usize]) -> Vec<usize> {
+        groups.iter().map(|&g| self.groups[g].len()).collect()
     }
 }

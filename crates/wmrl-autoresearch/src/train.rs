@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use wmrl_core::{Arm, CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers, Stage};
 
-use crate::competition::{Split, Suite};
+use crate::competition::{Competition, Split, Suite};
 use crate::error::{Error, Result, io_err};
 use crate::execute::{Executor, Outcome};
 use crate::nn::seeded;
@@ -149,18 +149,74 @@ pub(crate) fn execute_all(
     suite: &Suite,
     jobs: &[(usize, crate::solution::Solution)],
 ) -> Vec<Option<Outcome>> {
-    jobs.par_iter()
+    let codes: Vec<(&Competition, String)> = jobs
+        .iter()
         .map(|(c, s)| {
             let comp = &suite.competitions[*c];
-            match executor.execute(comp, &s.render(&comp.meta)) {
-                Ok(o) => Some(o),
-                Err(e) => {
-                    tracing::warn!("execution failed on {}: {e}", comp.name());
-                    None
-                }
+            (comp, s.render(&comp.meta))
+        })
+        .collect();
+    execute_codes(executor, &codes)
+}
+
+/// Execute (competition, code) jobs on every core; `None` where the
+/// sandbox itself failed (logged).
+pub(crate) fn execute_codes(
+    executor: &Executor,
+    jobs: &[(&Competition, String)],
+) -> Vec<Option<Outcome>> {
+    jobs.par_iter()
+        .map(|(comp, code)| match executor.execute(comp, code) {
+            Ok(o) => Some(o),
+            Err(e) => {
+                tracing::warn!("execution failed on {}: {e}", comp.name());
+                None
             }
         })
         .collect()
+}
+
+/// Consecutive runs of `sizes[i]` items: a flat batch back into its groups.
+pub(crate) fn regroup<T>(items: impl IntoIterator<Item = T>, sizes: &[usize]) -> Vec<Vec<T>> {
+    let mut it = items.into_iter();
+    sizes
+        .iter()
+        .map(|&n| it.by_ref().take(n).collect())
+        .collect()
+}
+
+/// The real-execution half of a [`Scorers`]: charge a batch started at
+/// `started` to the ledger (count, time, sandbox CPU-seconds) and give each
+/// group (`sizes[i]` members) its ladder rewards in order.
+pub(crate) fn charge_real(
+    ledger: &mut Ledger,
+    started: Instant,
+    outs: Vec<Option<Outcome>>,
+    sizes: &[usize],
+) -> Vec<Vec<Option<f64>>> {
+    ledger.record(
+        Stage::RealExecution,
+        outs.len() as u64,
+        started.elapsed().as_secs_f64(),
+    );
+    ledger.real_cpu_seconds += outs.iter().flatten().map(|o| o.cpu_secs).sum::<f64>();
+    regroup(outs.into_iter().map(|o| o.map(|o| o.grade.reward)), sizes)
+}
+
+/// The world-model half: charge `flat` predictions to the ledger and split
+/// them into groups of `sizes[i]`.
+pub(crate) fn charge_world_model(
+    ledger: &mut Ledger,
+    started: Instant,
+    flat: Vec<f64>,
+    sizes: &[usize],
+) -> Vec<Vec<f64>> {
+    ledger.record(
+        Stage::WorldModel,
+        flat.len() as u64,
+        started.elapsed().as_secs_f64(),
+    );
+    regroup(flat, sizes)
 }
 
 impl Scorers for StepScorers<'_> {
@@ -176,16 +232,12 @@ impl Scorers for StepScorers<'_> {
             })
             .collect();
         let flat = p.predict(&inputs)?;
-        self.ledger.record(
-            Stage::WorldModel,
-            flat.len() as u64,
-            t.elapsed().as_secs_f64(),
-        );
-        let mut it = flat.into_iter();
-        Ok(groups
-            .iter()
-            .map(|&g| self.groups[g].1.iter().filter_map(|_| it.next()).collect())
-            .collect())
+        Ok(charge_world_model(
+            self.ledger,
+            t,
+            flat,
+            &self.sizes(groups),
+        ))
     }
 
     fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
@@ -196,23 +248,13 @@ impl Scorers for StepScorers<'_> {
             .flat_map(|&g| all[g].1.iter().map(move |s| (all[g].0, s.solution)))
             .collect();
         let outs = execute_all(self.executor, self.suite, &jobs);
-        self.ledger.record(
-            Stage::RealExecution,
-            jobs.len() as u64,
-            t.elapsed().as_secs_f64(),
-        );
-        self.ledger.real_cpu_seconds += outs.iter().flatten().map(|o| o.cpu_secs).sum::<f64>();
-        let mut it = outs.into_iter();
-        Ok(groups
-            .iter()
-            .map(|&g| {
-                self.groups[g]
-                    .1
-                    .iter()
-                    .map(|_| it.next().flatten().map(|o| o.grade.reward))
-                    .collect()
-            })
-            .collect())
+        Ok(charge_real(self.ledger, t, outs, &self.sizes(groups)))
+    }
+}
+
+impl StepScorers<'_> {
+    fn sizes(&self, groups: &[usize]) -> Vec<usize> {
+        groups.iter().map(|&g| self.groups[g].1.len()).collect()
     }
 }
 

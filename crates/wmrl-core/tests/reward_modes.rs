@@ -176,6 +176,7 @@ fn a_scarce_stream_in_one_group_slices_keeps_real_outcomes_and_the_weight() {
         .in_scarce_regime();
     let mut free = CorrectionLoop::new(cfg, Arm::Wmrl, 0).expect("valid");
     let mut weights = Vec::new();
+    let mut free_calibrated = 0;
     for round in 0..3 {
         for g in 0..2 {
             let mut s = groups();
@@ -196,6 +197,7 @@ fn a_scarce_stream_in_one_group_slices_keeps_real_outcomes_and_the_weight() {
                     .map(Some)
                     .collect();
                 assert_eq!(b.rewards[0], f, "free labels reward by calib");
+                free_calibrated += 1;
             }
         }
     }
@@ -203,4 +205,5 @@ fn a_scarce_stream_in_one_group_slices_keeps_real_outcomes_and_the_weight() {
         weights.iter().any(|&w| w != 1.0),
         "the weight moves in the scarce regime: {weights:?}"
     );
+    assert!(free_calibrated > 0, "the free-label comparison ran");
 }

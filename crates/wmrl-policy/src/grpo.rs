@@ -92,11 +92,6 @@ impl GrpoBatch {
         advantages: &[f32],
         mask: Option<&[Vec<f32>]>,
     ) -> Result<Self> {
-        if inputs.batch_size() != tokens.len() {
-            return Err(PolicyError::Input(
-                "GRPO batch fields disagree in length".into(),
-            ));
-        }
         Self::build(
             policy,
             Some(inputs),
@@ -159,7 +154,8 @@ impl GrpoBatch {
     ) -> Result<Self> {
         let b = tokens.len();
         let t = policy.config().tokens_per_call();
-        if features.as_ref().is_some_and(|f| f.dim(0).ok() != Some(b))
+        if inputs.as_ref().is_some_and(|i| i.batch_size() != b)
+            || features.as_ref().is_some_and(|f| f.dim(0).ok() != Some(b))
             || old_logprobs.len() != b
             || advantages.len() != b
             || mask.is_some_and(|m| m.len() != b)

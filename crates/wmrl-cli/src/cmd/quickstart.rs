@@ -319,17 +319,13 @@ fn describe_eval(cfg: &wmrl_train::TrainConfig) -> String {
         ),
     };
     let [a, b] = cfg.eval.init_states;
-    let mut s = format!("{tasks}, states {a}-{b}");
-    if cfg.eval.sampled_per_state > 0 {
-        let _ = std::fmt::Write::write_fmt(
-            &mut s,
-            format_args!(
-                "; sampled: {} per state at T = {}",
-                cfg.eval.sampled_per_state, cfg.rollout.temperature
-            ),
-        );
+    match cfg.eval.sampled_per_state {
+        0 => format!("{tasks}, states {a}-{b}"),
+        k => format!(
+            "{tasks}, states {a}-{b}; sampled: {k} per state at T = {}",
+            cfg.rollout.temperature
+        ),
     }
-    s
 }
 
 /// The world-model stages of --from-scratch: noisy rollouts, training, ONNX

@@ -263,3 +263,91 @@ fn trainable_prefixes_freeze_the_rest_and_parts_are_diagnosed() {
         "frozen parameters moved: {moved:?}"
     );
 }
+
+/// The same environment, rendering at every step whatever the caller asks.
+struct AlwaysObserve(Box<dyn wmrl_env::VecEnv>);
+
+impl wmrl_env::VecEnv for AlwaysObserve {
+    fn spec(&self) -> &wmrl_env::EnvSpec {
+        self.0.spec()
+    }
+    fn num_envs(&self) -> usize {
+        self.0.num_envs()
+    }
+    fn reset(
+        &mut self,
+        r: &[(usize, wmrl_env::ResetRequest)],
+    ) -> wmrl_env::Result<Vec<wmrl_env::Observation>> {
+        self.0.reset(r)
+    }
+    fn step(
+        &mut self,
+        a: &[(usize, wmrl_env::Action)],
+    ) -> wmrl_env::Result<Vec<wmrl_env::StepResult>> {
+        self.0.step(a)
+    }
+}
+
+#[test]
+fn skipping_frames_between_policy_calls_changes_no_rollout_or_evaluation() {
+    // Rollouts and evaluation ask the simulator for frames only at a
+    // chunk's last step; against an environment that renders every step
+    // they must produce the same samples, frames and outcomes. The step
+    // limits (13 and 11) are not multiples of the chunk, so a slot's last
+    // step by the caller's cap falls inside a chunk.
+    let mut pc = PolicyConfig::tiny();
+    pc.proprio_dim = wmrl_sim::PROPRIO_DIM;
+    pc.n_layers = 1;
+    assert!(pc.chunk > 1, "the test needs chunks of several actions");
+    let policy = Policy::new(pc, &Device::Cpu, DType::F32).expect("policy");
+    let sim = wmrl_sim::SimConfig {
+        image_size: IMAGE,
+        max_steps: 20,
+        ..wmrl_sim::SimConfig::default()
+    };
+    let make = || wmrl_sim::make_vec_env(&sim, 3).expect("venv");
+    let specs: Vec<wmrl_train::rollout::EpisodeSpec> = (0..5)
+        .map(|i| wmrl_train::rollout::EpisodeSpec {
+            group: i / 2,
+            task: [0, 2, 5][i % 3],
+            init_state: i,
+            seed: 40 + i as u64,
+        })
+        .collect();
+    for limit in [0, 13] {
+        let (fast, _) =
+            wmrl_train::rollout::collect(&policy, &mut make(), &specs, 1.0, limit, 7, false)
+                .expect("collect");
+        let mut slow_env = AlwaysObserve(Box::new(make()));
+        let (slow, _) =
+            wmrl_train::rollout::collect(&policy, &mut slow_env, &specs, 1.0, limit, 7, false)
+                .expect("collect");
+        assert_eq!(fast.len(), slow.len());
+        for (a, b) in fast.iter().zip(&slow) {
+            assert_eq!((a.success, a.steps), (b.success, b.steps), "limit {limit}");
+            assert_eq!(a.frames, b.frames, "limit {limit}: world-model frames");
+            assert_eq!(a.chunks.len(), b.chunks.len());
+            for (x, y) in a.chunks.iter().zip(&b.chunks) {
+                assert_eq!(x.tokens, y.tokens);
+                assert_eq!(x.logprobs, y.logprobs);
+                assert_eq!(x.mask, y.mask);
+                assert_eq!(x.input.frames, y.input.frames);
+                assert!(!x.input.frames.is_empty(), "every policy call sees frames");
+            }
+        }
+    }
+    let cfg = wmrl_policy::EvalConfig {
+        tasks: vec![1, 3],
+        init_states: vec![0, 1, 2],
+        temperature: 1.0,
+        seed: 5,
+        max_steps: 11,
+        ..wmrl_policy::EvalConfig::default()
+    };
+    let fast = wmrl_policy::evaluate(&policy, &mut make(), &cfg).expect("eval");
+    let slow =
+        wmrl_policy::evaluate(&policy, &mut AlwaysObserve(Box::new(make())), &cfg).expect("eval");
+    assert_eq!(fast.episodes, slow.episodes);
+    assert_eq!(fast.policy_calls, slow.policy_calls);
+    assert_eq!(fast.env_steps, slow.env_steps);
+}

@@ -38,6 +38,22 @@ pub trait VecEnv: Send {
     fn reset(&mut self, requests: &[(usize, ResetRequest)]) -> Result<Vec<Observation>>;
     /// Step the named slots once; results come back in request order.
     fn step(&mut self, actions: &[(usize, Action)]) -> Result<Vec<StepResult>>;
+    /// [`VecEnv::step`], with camera frames needed only when `observe` is
+    /// true or a slot's episode ends at this step (success or the
+    /// environment's own limit): otherwise an environment may skip rendering
+    /// and return observations without frames (proprio and progress only).
+    /// Physics, rewards and flags are the same either way. Callers that
+    /// execute a chunk of actions pass `false` for all but the chunk's last
+    /// step (rendering is most of an embedded simulator step). The default
+    /// always observes.
+    fn step_observing(
+        &mut self,
+        actions: &[(usize, Action)],
+        observe: bool,
+    ) -> Result<Vec<StepResult>> {
+        let _ = observe;
+        self.step(actions)
+    }
     /// Release resources (worker connections, simulator processes).
     fn close(&mut self) -> Result<()> {
         Ok(())

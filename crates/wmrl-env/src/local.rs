@@ -10,6 +10,13 @@ pub trait Environment: Send {
     /// infinite values with [`EnvError::InvalidAction`] (see
     /// [`EnvSpec::sanitize_action`]).
     fn step(&mut self, action: &Action) -> Result<StepResult>;
+    /// [`Environment::step`], where the observation's frames are needed
+    /// only when `observe` is true or the episode ends at this step (see
+    /// [`VecEnv::step_observing`]). The default always renders.
+    fn step_with(&mut self, action: &Action, observe: bool) -> Result<StepResult> {
+        let _ = observe;
+        self.step(action)
+    }
 }
 
 /// A [`VecEnv`] over in-process environments, stepped in parallel with rayon.
@@ -102,6 +109,14 @@ impl<E: Environment> VecEnv for LocalVecEnv<E> {
     }
 
     fn step(&mut self, actions: &[(usize, Action)]) -> Result<Vec<StepResult>> {
+        self.step_observing(actions, true)
+    }
+
+    fn step_observing(
+        &mut self,
+        actions: &[(usize, Action)],
+        observe: bool,
+    ) -> Result<Vec<StepResult>> {
         let mut clean = Vec::with_capacity(actions.len());
         for (slot, a) in actions {
             if !self.is_reset.get(*slot).copied().unwrap_or(true) {
@@ -110,8 +125,10 @@ impl<E: Environment> VecEnv for LocalVecEnv<E> {
             clean.push((*slot, self.spec.sanitize_action(a)?));
         }
         let pairs = Self::borrow_slots(&mut self.envs, &clean)?;
-        let out: Result<Vec<StepResult>> =
-            pairs.into_par_iter().map(|(env, a)| env.step(a)).collect();
+        let out: Result<Vec<StepResult>> = pairs
+            .into_par_iter()
+            .map(|(env, a)| env.step_with(a, observe))
+            .collect();
         let out = out?;
         for ((slot, _), r) in actions.iter().zip(&out) {
             if r.done || r.truncated {

@@ -321,7 +321,19 @@ pub fn evaluate_with_progress(
                 .iter()
                 .map(|&(s, k)| (s, samples[k].actions[j].to_vec()))
                 .collect();
-            let out = env.step(&acts)?;
+            // Frames only where something looks at them: the policy's next
+            // call (the chunk's last step), a step cap, GIFs and recorded
+            // episodes (the environment renders at its own episode ends).
+            let observe = j + 1 == exec
+                || cfg.gif_dir.is_some()
+                || cfg.episode_dir.is_some()
+                || (cfg.max_steps > 0
+                    && live.iter().any(|&(s, _)| {
+                        slots[s]
+                            .as_ref()
+                            .is_some_and(|r| r.steps + 1 >= cfg.max_steps)
+                    }));
+            let out = env.step_observing(&acts, observe)?;
             env_steps += out.len();
             let mut still = Vec::new();
             for ((s, k), res) in live.into_iter().zip(out) {

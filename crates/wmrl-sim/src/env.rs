@@ -171,6 +171,15 @@ impl TabletopEnv {
 
     /// The current observation (renders the cameras).
     pub fn observe(&mut self) -> Result<Observation> {
+        self.observation(true)
+    }
+
+    /// The current observation without camera frames (proprio and progress).
+    pub fn observe_blind(&mut self) -> Result<Observation> {
+        self.observation(false)
+    }
+
+    fn observation(&mut self, render: bool) -> Result<Observation> {
         let run = self.run.as_mut().ok_or(SimError::NotReset)?;
         let g = &run.world.gripper;
         let q = g.rot.to_array();
@@ -179,13 +188,13 @@ impl TabletopEnv {
             g.pos.x, g.pos.y, g.pos.z, q[0], q[1], q[2], q[3], half, -half,
         ];
         let frames = match run.renderer.as_mut() {
-            Some(r) => {
+            Some(r) if render => {
                 let on = switched_on(&run.world);
                 let s = r.size() as u32;
                 let (a, w) = r.render(&run.world, &on);
                 vec![Frame::new(s, s, a.to_vec())?, Frame::new(s, s, w.to_vec())?]
             }
-            None => Vec::new(),
+            _ => Vec::new(),
         };
         Ok(Observation {
             frames,
@@ -270,6 +279,12 @@ impl Environment for TabletopEnv {
     }
 
     fn step(&mut self, action: &Action) -> wmrl_env::Result<StepResult> {
+        self.step_with(action, true)
+    }
+
+    /// Renders the cameras only when `observe` is true or the episode ends
+    /// here; the physics is the same either way.
+    fn step_with(&mut self, action: &Action, observe: bool) -> wmrl_env::Result<StepResult> {
         let a = self.spec.sanitize_action(action)?;
         let cfg = self.cfg.clone();
         let run = self.run.as_mut().ok_or(SimError::NotReset)?;
@@ -282,7 +297,11 @@ impl Environment for TabletopEnv {
         let success = run.status.success;
         let truncated = !success && run.t >= cfg.max_steps;
         run.ended = success || truncated;
-        let obs = self.observe()?;
+        let obs = if observe || run.ended {
+            self.observe()?
+        } else {
+            self.observe_blind()?
+        };
         Ok(StepResult {
             obs,
             reward: if success { 1.0 } else { 0.0 },

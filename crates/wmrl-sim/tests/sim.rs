@@ -373,3 +373,48 @@ fn dart_episodes_record_the_clean_expert_action_while_executing_noise() {
     assert!(grip_clean(&dart));
     assert!(!grip_clean(&noisy));
 }
+
+#[test]
+fn unobserved_steps_skip_frames_but_not_physics() {
+    // Two slots, same task, state and actions: slot 0 observes every step,
+    // slot 1 only every fourth. Physics, proprio and flags agree at every
+    // step; frames are present exactly where asked and at the episode's end,
+    // and equal the always-observed slot's there.
+    let cfg = SimConfig {
+        max_steps: 30,
+        ..small()
+    };
+    let mut venv = make_vec_env(&cfg, 2).expect("venv");
+    venv.reset(&[(0, req(2, 1)), (1, req(2, 1))])
+        .expect("reset");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut ended = false;
+    for t in 0..cfg.max_steps {
+        let a = venv
+            .env_mut(0)
+            .expect("slot")
+            .expert_action(0.3, &mut rng)
+            .expect("expert");
+        let full = venv.step_observing(&[(0, a.clone())], true).expect("step");
+        let observe = t % 4 == 3;
+        let part = venv.step_observing(&[(1, a)], observe).expect("step");
+        let (f, p) = (&full[0], &part[0]);
+        assert_eq!(f.obs.proprio, p.obs.proprio, "step {t}");
+        assert_eq!(f.obs.progress, p.obs.progress, "step {t}");
+        assert_eq!(
+            (f.success, f.done, f.truncated),
+            (p.success, p.done, p.truncated)
+        );
+        assert_eq!(f.obs.frames.len(), 2);
+        if observe || p.done || p.truncated {
+            assert_eq!(f.obs.frames, p.obs.frames, "step {t}: frames where asked");
+        } else {
+            assert!(p.obs.frames.is_empty(), "step {t}: no frames were asked");
+        }
+        if p.done || p.truncated {
+            ended = true;
+            break;
+        }
+    }
+    assert!(ended, "the episode ends within max_steps");
+}

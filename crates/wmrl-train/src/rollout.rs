@@ -182,8 +182,16 @@ pub fn collect(
                 if acts.is_empty() {
                     break;
                 }
+                // Frames are needed only where the next policy call (or the
+                // world model) looks: the chunk's last step, a slot's last
+                // step by the step limit (the environment renders at its own
+                // episode ends).
+                let observe = j + 1 == chunk
+                    || acts
+                        .iter()
+                        .any(|(slot, _)| live[*slot].rollout.steps + 1 >= limit.max(1));
                 let t = std::time::Instant::now();
-                let results = env.step(&acts)?;
+                let results = env.step_observing(&acts, observe)?;
                 stats.env_seconds += t.elapsed().as_secs_f64();
                 stats.env_steps += acts.len() as u64;
                 let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();

@@ -57,7 +57,7 @@ fn config(arm: Arm, policy: &Path, wm: &Path, steps: usize) -> TrainConfig {
     c.update.minibatch = 8;
     c.update.inner_epochs = 1;
     c.world_model.path = wm.to_path_buf();
-    c.wmrl.anchors.fraction = 0.5;
+    c.wmrl.anchors.fraction = wmrl_core::AnchorFraction::new(0.5).expect("valid");
     c.wmrl.calibration.min_pairs = 2;
     c.wmrl.weight.warmup_groups = 1;
     c.eval.init_states = [16, 16];
@@ -170,6 +170,18 @@ fn resume_continues_to_the_same_result() {
     // Work after the checkpoint that an interrupt would lose.
     b.train_step().expect("lost step");
     drop(b);
+    // config.toml is the one source of truth: an edit to the method's
+    // settings after the checkpoint is refused, not mixed in.
+    let cfg_path = cut.join("config.toml");
+    let original = std::fs::read_to_string(&cfg_path).expect("config");
+    let mut edited = TrainConfig::load(&cfg_path).expect("load");
+    edited.wmrl.anchors.fraction = wmrl_core::AnchorFraction::new(0.25).expect("valid");
+    std::fs::write(&cfg_path, edited.to_toml()).expect("edit");
+    let Err(err) = Trainer::resume(&cut) else {
+        panic!("edited settings are refused");
+    };
+    assert!(err.to_string().contains("differs"), "{err}");
+    std::fs::write(&cfg_path, original).expect("restore");
     let mut b = Trainer::resume(&cut).expect("resume");
     assert_eq!(b.steps_done(), 2);
     b.run(|_| {}).expect("finish");
@@ -350,4 +362,115 @@ fn skipping_frames_between_policy_calls_changes_no_rollout_or_evaluation() {
     assert_eq!(fast.episodes, slow.episodes);
     assert_eq!(fast.policy_calls, slow.policy_calls);
     assert_eq!(fast.env_steps, slow.env_steps);
+}
+
+/// The simulator with one worker death: at the `at`-th step call, slot 0's
+/// episode restarts from its reset (as the bridge pool does when a worker
+/// dies) and the restart is reported.
+struct DiesOnce {
+    inner: Box<dyn wmrl_env::VecEnv>,
+    at: usize,
+    calls: usize,
+    resets: Vec<Option<wmrl_env::ResetRequest>>,
+    restarts: Vec<wmrl_env::SlotRestart>,
+}
+
+impl wmrl_env::VecEnv for DiesOnce {
+    fn spec(&self) -> &wmrl_env::EnvSpec {
+        self.inner.spec()
+    }
+    fn num_envs(&self) -> usize {
+        self.inner.num_envs()
+    }
+    fn reset(
+        &mut self,
+        r: &[(usize, wmrl_env::ResetRequest)],
+    ) -> wmrl_env::Result<Vec<wmrl_env::Observation>> {
+        for (slot, req) in r {
+            self.resets[*slot] = Some(*req);
+        }
+        self.inner.reset(r)
+    }
+    fn step(
+        &mut self,
+        a: &[(usize, wmrl_env::Action)],
+    ) -> wmrl_env::Result<Vec<wmrl_env::StepResult>> {
+        self.calls += 1;
+        let mut out = self.inner.step(a)?;
+        if self.calls == self.at
+            && let Some(i) = a.iter().position(|(slot, _)| *slot == 0)
+            && !(out[i].done || out[i].truncated)
+        {
+            let request = self.resets[0].expect("slot 0 was reset");
+            let obs = self.inner.reset(&[(0, request)])?.remove(0);
+            out[i] = wmrl_env::StepResult {
+                obs,
+                reward: 0.0,
+                success: false,
+                done: false,
+                truncated: false,
+            };
+            self.restarts.push(wmrl_env::SlotRestart {
+                slot: 0,
+                request,
+                steps_lost: self.at as u64,
+                reason: "test: worker killed".into(),
+            });
+        }
+        Ok(out)
+    }
+    fn take_restarts(&mut self) -> Vec<wmrl_env::SlotRestart> {
+        std::mem::take(&mut self.restarts)
+    }
+}
+
+#[test]
+fn evaluation_reruns_an_episode_whose_worker_died_and_counts_it_once() {
+    let mut pc = PolicyConfig::tiny();
+    pc.proprio_dim = wmrl_sim::PROPRIO_DIM;
+    pc.n_layers = 1;
+    let policy = Policy::new(pc, &Device::Cpu, DType::F32).expect("policy");
+    let sim = wmrl_sim::SimConfig {
+        image_size: IMAGE,
+        max_steps: 24,
+        ..wmrl_sim::SimConfig::default()
+    };
+    let make = || wmrl_sim::make_vec_env(&sim, 2).expect("venv");
+    let cfg = wmrl_policy::EvalConfig {
+        tasks: vec![0, 4],
+        init_states: vec![0, 1],
+        temperature: 0.0,
+        ..wmrl_policy::EvalConfig::default()
+    };
+    let clean = wmrl_policy::evaluate(&policy, &mut make(), &cfg).expect("eval");
+    let mut env = DiesOnce {
+        inner: Box::new(make()),
+        at: 5,
+        calls: 0,
+        resets: vec![None; 2],
+        restarts: Vec::new(),
+    };
+    let faulty = wmrl_policy::evaluate(&policy, &mut env, &cfg).expect("eval");
+    assert_eq!(faulty.restarts, 1);
+    assert_eq!(clean.restarts, 0);
+    // Every (task, state) once, each a whole episode from its reset.
+    let key = |r: &wmrl_policy::EvalReport| {
+        let mut k: Vec<(usize, usize, usize)> = r
+            .episodes
+            .iter()
+            .map(|e| (e.task, e.init_state, e.steps))
+            .collect();
+        k.sort();
+        k
+    };
+    assert_eq!(key(&faulty), key(&clean));
+    assert!(
+        wmrl_env::VecEnv::take_restarts(&mut env).is_empty(),
+        "evaluation drained the restart"
+    );
+    assert_eq!(
+        faulty.env_steps,
+        clean.env_steps + 5,
+        "the voided attempt's steps are counted as taken"
+    );
 }

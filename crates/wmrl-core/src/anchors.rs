@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(test)]
+use crate::config::AnchorFraction;
 use crate::config::{AnchorConfig, AnchorMode};
 use crate::error::check_finite;
 use crate::rng::SplitMix64;
@@ -18,13 +20,6 @@ pub struct AnchorScheduler {
 
 impl AnchorScheduler {
     pub fn new(cfg: AnchorConfig, seed: u64) -> Result<Self> {
-        if !(cfg.fraction > 0.0 && cfg.fraction <= 1.0) {
-            return Err(CoreError::InvalidConfig {
-                key: "anchors.fraction",
-                value: cfg.fraction.to_string(),
-                reason: "must be in (0, 1]",
-            });
-        }
         Ok(Self {
             cfg,
             rng: SplitMix64::new(seed ^ 0xA2C4_0000_0000_0001),
@@ -36,7 +31,7 @@ impl AnchorScheduler {
     /// How many anchors a step of `n_groups` wants, before the capacity cap:
     /// `max(min_groups, round(fraction * n_groups))`, at most `n_groups`.
     pub fn wanted(&self, n_groups: usize) -> usize {
-        let by_fraction = (self.cfg.fraction * n_groups as f64).round() as usize;
+        let by_fraction = (self.cfg.fraction.get() * n_groups as f64).round() as usize;
         by_fraction.max(self.cfg.min_groups).min(n_groups)
     }
 
@@ -118,7 +113,7 @@ mod tests {
     fn sched(fraction: f64, mode: AnchorMode) -> AnchorScheduler {
         AnchorScheduler::new(
             AnchorConfig {
-                fraction,
+                fraction: AnchorFraction::new(fraction).expect("valid fraction"),
                 min_groups: 1,
                 mode,
             },
@@ -164,19 +159,24 @@ mod tests {
 
     #[test]
     fn bad_input_is_a_typed_error() {
+        // A fraction outside (0, 1] cannot be made, parsed or deserialised.
         for f in [0.0, -0.1, 1.5, f64::NAN] {
-            let cfg = AnchorConfig {
-                fraction: f,
-                ..AnchorConfig::default()
-            };
             assert!(matches!(
-                AnchorScheduler::new(cfg, 0),
+                AnchorFraction::new(f),
                 Err(CoreError::InvalidConfig {
                     key: "anchors.fraction",
                     ..
                 })
             ));
+            assert!(f.to_string().parse::<AnchorFraction>().is_err());
+            if f.is_finite() {
+                let err = serde_json::from_str::<AnchorConfig>(&format!(r#"{{"fraction": {f}}}"#))
+                    .expect_err("out of range");
+                assert!(err.to_string().contains("anchors.fraction"), "{err}");
+            }
         }
+        assert_eq!("0.25".parse::<AnchorFraction>().expect("valid").get(), 0.25);
+        assert!(AnchorFraction::ALL.is_all());
         let mut s = sched(0.5, AnchorMode::Stratified);
         assert!(matches!(
             s.choose(2, None, Some(&[0.0, f64::NAN])),

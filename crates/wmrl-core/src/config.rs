@@ -6,6 +6,61 @@ use serde::{Deserialize, Serialize};
 
 use crate::{CoreError, Result};
 
+/// The share of a step's groups that get real outcomes: a number in (0, 1],
+/// checked wherever one is made (parsing a config, [`AnchorFraction::new`],
+/// a command-line value), so code that holds one never checks it again.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize)]
+#[serde(transparent)]
+pub struct AnchorFraction(f64);
+
+impl AnchorFraction {
+    /// Every group is an anchor (the free-label regime).
+    pub const ALL: Self = Self(1.0);
+
+    pub fn new(f: f64) -> Result<Self> {
+        if f > 0.0 && f <= 1.0 {
+            Ok(Self(f))
+        } else {
+            Err(invalid("anchors.fraction", f, "must be in (0, 1]"))
+        }
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// Whether every group is an anchor.
+    pub fn is_all(self) -> bool {
+        self.0 >= 1.0
+    }
+}
+
+impl<'de> Deserialize<'de> for AnchorFraction {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let f = f64::deserialize(d)?;
+        Self::new(f).map_err(|_| {
+            serde::de::Error::custom(format!("anchors.fraction must be in (0, 1], got {f}"))
+        })
+    }
+}
+
+impl std::str::FromStr for AnchorFraction {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self> {
+        let f: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| invalid("anchors.fraction", s, "must be a number in (0, 1]"))?;
+        Self::new(f)
+    }
+}
+
+impl std::fmt::Display for AnchorFraction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// How anchor groups are picked among a step's groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -22,7 +77,7 @@ pub enum AnchorMode {
 #[serde(deny_unknown_fields, default)]
 pub struct AnchorConfig {
     /// Fraction of groups that get real outcomes. Paper: 0.10.
-    pub fraction: f64,
+    pub fraction: AnchorFraction,
     /// Minimum anchor groups per step. Paper: `max(min, round(f * n))`; 1 here.
     pub min_groups: usize,
     pub mode: AnchorMode,
@@ -31,7 +86,7 @@ pub struct AnchorConfig {
 impl Default for AnchorConfig {
     fn default() -> Self {
         Self {
-            fraction: 0.10,
+            fraction: AnchorFraction(0.10),
             min_groups: 1,
             mode: AnchorMode::Uniform,
         }
@@ -316,10 +371,6 @@ fn invalid(key: &'static str, value: impl ToString, reason: &'static str) -> Cor
 impl CoreConfig {
     /// Reject values the method cannot run with, naming the key.
     pub fn validate(&self) -> Result<()> {
-        let a = &self.anchors;
-        if !(a.fraction > 0.0 && a.fraction <= 1.0) {
-            return Err(invalid("anchors.fraction", a.fraction, "must be in (0, 1]"));
-        }
         let c = &self.calibration;
         if c.bins < 2 {
             return Err(invalid("calibration.bins", c.bins, "must be at least 2"));

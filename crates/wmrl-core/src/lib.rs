@@ -25,8 +25,8 @@ pub use advantage::group_advantages;
 pub use anchors::AnchorScheduler;
 pub use calibration::{Calibrator, IsotonicMap, pav};
 pub use config::{
-    AdvantageConfig, AnchorConfig, AnchorMode, AnchorReward, Arm, AutoRange, CalibrationConfig,
-    CalibrationMode, CoreConfig, ScoreRange, WeightConfig,
+    AdvantageConfig, AnchorConfig, AnchorFraction, AnchorMode, AnchorReward, Arm, AutoRange,
+    CalibrationConfig, CalibrationMode, CoreConfig, ScoreRange, WeightConfig,
 };
 pub use correction::{CorrectionLoop, ScorerError, Scorers, StepOutcome, StepStats};
 pub use diagnostics::{Diagnostics, DiagnosticsSummary};

@@ -75,7 +75,7 @@ impl Scorers for Synthetic {
 fn config(fraction: f64) -> CoreConfig {
     CoreConfig {
         anchors: AnchorConfig {
-            fraction,
+            fraction: wmrl_core::AnchorFraction::new(fraction).expect("valid fraction"),
             ..AnchorConfig::default()
         },
         weight: WeightConfig {
@@ -295,9 +295,12 @@ fn bad_input_gives_typed_errors() {
     cfg.weight.w_max = 0.5;
     let err = CorrectionLoop::new(cfg, Arm::Wmrl, 0).expect_err("w_max");
     assert!(err.to_string().contains("weight.w_max"), "{err}");
-    let mut cfg = CoreConfig::default();
-    cfg.anchors.fraction = 1.5;
-    assert!(CorrectionLoop::new(cfg, Arm::Wmrl, 0).is_err());
+    let cfg: Result<CoreConfig, _> = serde_json::from_str(r#"{"anchors": {"fraction": 1.5}}"#);
+    assert!(
+        cfg.expect_err("fraction above 1")
+            .to_string()
+            .contains("anchors.fraction must be in (0, 1]")
+    );
     let cfg: Result<CoreConfig, _> = serde_json::from_str(r#"{"anchors": {"fractoin": 0.1}}"#);
     assert!(
         cfg.expect_err("unknown key")

@@ -81,7 +81,7 @@ impl Scorers for Replay<'_> {
 
 fn core_config(c: &Cfg) -> CoreConfig {
     let mut core = CoreConfig::default();
-    core.anchors.fraction = 0.25;
+    core.anchors.fraction = wmrl_core::AnchorFraction::new(0.25).expect("valid");
     core.calibration.bins = c.bins;
     core.calibration.min_pairs = c.min_pairs;
     core.calibration.refit_every = c.refit_every;

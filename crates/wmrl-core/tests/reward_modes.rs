@@ -47,7 +47,7 @@ fn groups() -> Fixed {
 fn config(fraction: f64, mode: AnchorReward) -> CoreConfig {
     CoreConfig {
         anchors: AnchorConfig {
-            fraction,
+            fraction: wmrl_core::AnchorFraction::new(fraction).expect("valid fraction"),
             ..AnchorConfig::default()
         },
         calibration: CalibrationConfig {

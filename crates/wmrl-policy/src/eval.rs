@@ -126,6 +126,10 @@ pub struct EvalReport {
     pub episodes: Vec<EpisodeResult>,
     pub policy_calls: usize,
     pub env_steps: usize,
+    /// Episodes the environment restarted (a dead worker) and that ran
+    /// again from their reset; none of them counts twice.
+    #[serde(default)]
+    pub restarts: usize,
     pub wall_secs: f64,
     pub gifs: Vec<PathBuf>,
 }
@@ -242,7 +246,7 @@ pub fn evaluate_with_progress(
     let mut slots: Vec<Option<Running>> = (0..n_slots).map(|_| None).collect();
     let mut results: Vec<Option<EpisodeResult>> = vec![None; queue.len()];
     let mut next = 0usize;
-    let (mut calls, mut env_steps) = (0usize, 0usize);
+    let (mut calls, mut env_steps, mut restarts) = (0usize, 0usize, 0usize);
     let mut gifs = Vec::new();
     loop {
         // Refill free slots.
@@ -265,6 +269,9 @@ pub fn evaluate_with_progress(
         if !reqs.is_empty() {
             let pairs: Vec<(usize, ResetRequest)> = reqs.iter().map(|(s, _, r)| (*s, *r)).collect();
             let obs = env.reset(&pairs)?;
+            // Restarts reported during a reset are already behind its
+            // fresh observations.
+            env.take_restarts();
             for ((slot, ep, req), o) in reqs.into_iter().zip(obs) {
                 let gif = gif_eps
                     .contains(&ep)
@@ -335,9 +342,27 @@ pub fn evaluate_with_progress(
                     }));
             let out = env.step_observing(&acts, observe)?;
             env_steps += out.len();
+            // A slot whose worker died restarted its episode from the same
+            // reset: what this episode had is void, its result is this
+            // observation, and the episode runs again from its first step.
+            let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();
             let mut still = Vec::new();
             for ((s, k), res) in live.into_iter().zip(out) {
                 let Some(r) = slots[s].as_mut() else { continue };
+                if restarted.contains(&s) {
+                    restarts += 1;
+                    r.steps = 0;
+                    r.prev_frame = None;
+                    r.obs = res.obs;
+                    if let Some(g) = r.gif.as_mut() {
+                        g.clear();
+                        g.extend(r.obs.frames.first().cloned());
+                    }
+                    if let Some(rec) = r.record.as_mut() {
+                        rec.clear();
+                    }
+                    continue;
+                }
                 r.steps += 1;
                 if let Some(rec) = r.record.as_mut() {
                     rec.push(EpisodeStep {
@@ -428,6 +453,7 @@ pub fn evaluate_with_progress(
         episodes,
         policy_calls: calls,
         env_steps,
+        restarts,
         wall_secs: t0.elapsed().as_secs_f64(),
         gifs,
     })

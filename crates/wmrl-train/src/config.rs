@@ -604,7 +604,7 @@ impl TrainConfig {
 
     /// The anchor fraction the arm actually runs with.
     pub fn label_regime(&self) -> &'static str {
-        if self.arm.all_real() || self.wmrl.anchors.fraction >= 1.0 {
+        if self.arm.all_real() || self.wmrl.anchors.fraction.is_all() {
             "free"
         } else {
             "scarce"

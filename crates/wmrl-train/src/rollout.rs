@@ -126,6 +126,9 @@ pub fn collect(
         let t = std::time::Instant::now();
         let obs = env.reset(&resets)?;
         stats.env_seconds += t.elapsed().as_secs_f64();
+        // Restarts reported during a reset are already behind its fresh
+        // observations (and stale ones must not void this wave's chunks).
+        env.take_restarts();
         for (l, o) in live.iter_mut().zip(obs) {
             l.obs = Some(o);
         }

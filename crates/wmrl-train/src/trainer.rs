@@ -170,6 +170,15 @@ impl Trainer {
             path: state_path.display().to_string(),
             message: format!("corrupt checkpoint state: {e}"),
         })?;
+        // config.toml is the one source of truth: a checkpoint whose method
+        // state was made under other settings (an edited file) is refused
+        // rather than continued with a mix of both.
+        if state.core.config() != &cfg.wmrl || state.core.arm() != cfg.arm {
+            return Err(TrainError::RunDir {
+                path: files.config().display().to_string(),
+                message: "differs from the settings the checkpoint was made with ([wmrl] or arm); restore it or start a new run".into(),
+            });
+        }
         let policy = Policy::load(&ck.join("policy"))?;
         let reference = load_policy(&cfg.policy)?;
         let mut optimizer =
@@ -728,7 +737,7 @@ impl Trainer {
             seed: self.cfg.seed,
             steps: self.step,
             label_regime: self.cfg.label_regime().into(),
-            anchor_fraction: self.cfg.wmrl.anchors.fraction,
+            anchor_fraction: self.cfg.wmrl.anchors.fraction.get(),
             heldout,
             in_domain,
             heldout_sampled,

@@ -26,7 +26,7 @@ fn extends_merges_over_the_parent_and_rejects_cycles() {
     let base = TrainConfig::load(&dir.join("bench_sim.toml")).expect("base");
     let free = TrainConfig::load(&dir.join("bench_sim_free.toml")).expect("free");
     // The child's keys win, section by section; the rest is the parent's.
-    assert_eq!(free.wmrl.anchors.fraction, 1.0);
+    assert!(free.wmrl.anchors.fraction.is_all());
     assert!(free.wmrl.dense_fallback_on_flat_anchors);
     assert_eq!(free.steps, base.steps);
     assert_eq!(free.rollout, base.rollout);
@@ -51,7 +51,14 @@ fn extends_merges_over_the_parent_and_rejects_cycles() {
         &["wmrl.anchors.fraction=0.5".into()],
     )
     .expect("override");
-    assert_eq!(c.wmrl.anchors.fraction, 0.5);
+    assert_eq!(c.wmrl.anchors.fraction.get(), 0.5);
+    // A fraction outside (0, 1] fails where it is parsed, naming the key.
+    let err = TrainConfig::load_with(
+        &dir.join("bench_sim_free.toml"),
+        &["wmrl.anchors.fraction=1.5".into()],
+    )
+    .expect_err("fraction above 1");
+    assert!(err.to_string().contains("anchors.fraction"), "{err}");
 }
 
 #[test]

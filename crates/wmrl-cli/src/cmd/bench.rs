@@ -30,7 +30,7 @@ pub struct Args {
     pub jobs: usize,
     /// Override the anchor fraction for every arm (1.0: free labels).
     #[arg(long)]
-    pub anchor_fraction: Option<f64>,
+    pub anchor_fraction: Option<wmrl_core::AnchorFraction>,
     /// Override training steps.
     #[arg(long)]
     pub steps: Option<usize>,
@@ -49,8 +49,48 @@ pub struct Args {
     pub title: String,
 }
 
-/// One `wmrl train` child: a (arm, seed) run, or (`arm = None`) the bench's
-/// single zero-step evaluation of the shared start.
+/// The config of one bench run, resolved once here: the file with the
+/// bench's and the arm's `--set`s, the arm, the seed and every flag applied,
+/// then validated. The parent writes it into the run directory and the child
+/// reads only that (a fresh run) or its checkpoint (a resumed one). `arm =
+/// None` is the bench's single zero-step evaluation of the shared start.
+fn resolved(
+    args: &Args,
+    arm: Option<&BenchArm>,
+    seed: u64,
+) -> anyhow::Result<wmrl_train::TrainConfig> {
+    let sets = [
+        args.set.clone(),
+        arm.map(|a| a.set.clone()).unwrap_or_default(),
+    ]
+    .concat();
+    let mut c = wmrl_train::TrainConfig::load_with(&args.config, &sets)?;
+    c.arm = arm.map_or(wmrl_core::Arm::Sparse, |a| a.arm);
+    c.seed = seed;
+    match arm {
+        None => c.steps = 0,
+        Some(_) => {
+            if let Some(s) = args.steps {
+                c.steps = s;
+            }
+            // The start is evaluated once, by the start run.
+            c.eval.at_start = false;
+        }
+    }
+    if let Some(f) = args.anchor_fraction {
+        c.wmrl.anchors.fraction = f;
+    }
+    if let Some(p) = &args.policy {
+        c.policy = p.clone();
+    }
+    if let Some(p) = &args.world_model {
+        c.world_model.path = p.clone();
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+/// One `wmrl train` child for a (arm, seed) run or the start.
 fn spawn(args: &Args, arm: Option<&BenchArm>, seed: u64) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("locating the wmrl binary")?;
     let (dir, name) = match arm {
@@ -68,38 +108,11 @@ fn spawn(args: &Args, arm: Option<&BenchArm>, seed: u64) -> anyhow::Result<Child
         if dir.exists() {
             std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
-        cmd.arg("--config").arg(&args.config);
-        cmd.arg("--arm").arg(arm.map_or("sparse", |a| a.arm.name()));
-        cmd.arg("--seed").arg(seed.to_string());
-        cmd.arg("--out").arg(&dir);
-        for s in &args.set {
-            cmd.arg("--set").arg(s);
-        }
-        if let Some(a) = arm {
-            // The start is evaluated once, by the start run.
-            cmd.arg("--set").arg("eval.at_start=false");
-            for s in &a.set {
-                cmd.arg("--set").arg(s);
-            }
-        }
-        if let Some(f) = args.anchor_fraction {
-            cmd.arg("--anchor-fraction").arg(f.to_string());
-        }
-        match (arm, args.steps) {
-            (None, _) => {
-                cmd.arg("--steps").arg("0");
-            }
-            (Some(_), Some(s)) => {
-                cmd.arg("--steps").arg(s.to_string());
-            }
-            (Some(_), None) => {}
-        }
-        if let Some(p) = &args.policy {
-            cmd.arg("--policy").arg(p);
-        }
-        if let Some(p) = &args.world_model {
-            cmd.arg("--world-model").arg(p);
-        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let config = dir.join("config.toml");
+        std::fs::write(&config, resolved(args, arm, seed)?.to_toml())
+            .with_context(|| format!("writing {}", config.display()))?;
+        cmd.arg("--config").arg(&config).arg("--out").arg(&dir);
     }
     std::fs::create_dir_all(&args.out)?;
     let log = std::fs::File::create(args.out.join(format!("{name}.log")))?;
@@ -132,17 +145,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // Fail on a bad config (each arm's, with every override) before any
     // work starts; `bench_arms` guarantees at least one arm.
     for a in &arms {
-        let mut c = wmrl_train::TrainConfig::load_with(
-            &args.config,
-            &[args.set.clone(), a.set.clone()].concat(),
-        )
-        .with_context(|| format!("bench arm `{}`", a.name))?;
-        c.arm = a.arm;
-        if let Some(f) = args.anchor_fraction {
-            c.wmrl.anchors.fraction = f;
-        }
-        c.validate()
-            .with_context(|| format!("bench arm `{}`", a.name))?;
+        resolved(&args, Some(a), 0).with_context(|| format!("bench arm `{}`", a.name))?;
     }
     let mut todo: Vec<(Option<&BenchArm>, u64)> = Vec::new();
     if !start_dir(&args.out).join("summary.json").exists() {
@@ -202,4 +205,66 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("report: {}", args.out.join("report.md").display());
     anyhow::ensure!(failed.is_empty(), "runs failed: {}", failed.join(", "));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(extra: &[&str]) -> Result<Args, clap::Error> {
+        let config = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/bench_one_task.toml"
+        );
+        let mut argv = vec!["bench", "--config", config];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|c| c.args)
+    }
+
+    #[test]
+    fn each_run_gets_one_resolved_config_that_reads_back_the_same() {
+        let a = args(&[
+            "--set",
+            "rollout.n_groups=4",
+            "--variant",
+            "wmrl_mix:wmrl:wmrl.anchors.fraction=1.0,wmrl.anchor_reward=mix",
+            "--steps",
+            "3",
+        ])
+        .expect("parse");
+        let arms = bench_arms(&a.arms, &a.variants).expect("arms");
+        let mix = arms.iter().find(|b| b.name == "wmrl_mix").expect("variant");
+        let c = resolved(&a, Some(mix), 4).expect("resolve");
+        assert_eq!((c.arm, c.seed, c.steps), (wmrl_core::Arm::Wmrl, 4, 3));
+        assert!(c.wmrl.anchors.fraction.is_all());
+        assert_eq!(c.wmrl.anchor_reward, wmrl_core::AnchorReward::Mix);
+        assert_eq!(c.rollout.n_groups, 4, "the bench's --set");
+        assert!(!c.eval.at_start, "arms do not evaluate the start again");
+        let start = resolved(&a, None, 0).expect("start");
+        assert_eq!((start.steps, start.eval.at_start), (0, true));
+        // What the parent writes is what the child reads.
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = dir.path().join("config.toml");
+        std::fs::write(&p, c.to_toml()).expect("write");
+        assert_eq!(wmrl_train::TrainConfig::load(&p).expect("read back"), c);
+    }
+
+    #[test]
+    fn bad_overrides_fail_before_any_run() {
+        let Err(err) = args(&["--anchor-fraction", "1.5"]) else {
+            panic!("a fraction above 1 is refused");
+        };
+        assert!(err.to_string().contains("anchors.fraction"), "{err}");
+        let a = args(&["--set", "rollout.group_size=1"]).expect("parse");
+        let arms = bench_arms("sparse", &[]).expect("arms");
+        assert!(resolved(&a, Some(&arms[0]), 0).is_err());
+    }
 }

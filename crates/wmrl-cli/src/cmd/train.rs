@@ -27,7 +27,7 @@ pub struct Args {
     pub steps: Option<usize>,
     /// Override the anchor fraction (1.0 is the free-label regime).
     #[arg(long)]
-    pub anchor_fraction: Option<f64>,
+    pub anchor_fraction: Option<wmrl_core::AnchorFraction>,
     /// Override the SFT checkpoint to start from.
     #[arg(long)]
     pub policy: Option<PathBuf>,

@@ -92,17 +92,42 @@ pub fn start_dir(bench: &Path) -> PathBuf {
 /// Paired differences `a - b` over the seeds both finished (held-out
 /// greedy success), with a 95% t-interval.
 pub fn paired(a: &ArmResult, b: &ArmResult) -> Option<MeanCi> {
+    paired_by(a, b, |r| Some(r.heldout.rate))
+}
+
+/// [`paired`] on the paper's sampled measure, over the seeds where both
+/// runs took it.
+pub fn paired_sampled(a: &ArmResult, b: &ArmResult) -> Option<MeanCi> {
+    paired_by(a, b, |r| r.heldout_sampled.as_ref().map(|x| x.rate))
+}
+
+fn paired_by(
+    a: &ArmResult,
+    b: &ArmResult,
+    f: impl Fn(&RunSummary) -> Option<f64>,
+) -> Option<MeanCi> {
     let d: Vec<f64> = a
         .runs
         .iter()
         .filter_map(|x| {
-            b.runs
-                .iter()
-                .find(|y| y.seed == x.seed)
-                .map(|y| x.heldout.rate - y.heldout.rate)
+            let y = b.runs.iter().find(|y| y.seed == x.seed)?;
+            Some(f(x)? - f(y)?)
         })
         .collect();
     MeanCi::of(&d)
+}
+
+/// Whether a paired interval separates the two, said plainly.
+fn verdict(d: &MeanCi) -> &'static str {
+    if d.n < 2 {
+        "one seed: not resolved"
+    } else if d.lo > 0.0 {
+        "resolved: the first is higher"
+    } else if d.hi < 0.0 {
+        "resolved: the second is higher"
+    } else {
+        "interval spans 0: not resolved"
+    }
 }
 
 /// Held-out curve points of one run: the periodic `curve` evaluations (the
@@ -230,13 +255,13 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| arm | regime | seeds | held-out greedy % (95% CI) | gain over start, points (95% CI) | held-out sampled % | in-domain % | labels | sim steps | WM-scored rollouts | train s |"
+        "| arm | regime | seeds | held-out greedy % (95% CI) | gain over start, points (95% CI) | held-out sampled % | sampled gain, points (95% CI) | in-domain % | labels | sim steps | WM-scored rollouts | train s |"
     );
-    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     if let Some(s0) = &start {
         let _ = writeln!(
             table,
-            "| start (SFT) | - | 1 | {:.1} [{:.1}, {:.1}] (Wilson) | - | {} | {} | 0 | 0 | 0 | 0 |",
+            "| start (SFT) | - | 1 | {:.1} [{:.1}, {:.1}] (Wilson) | - | {} | - | {} | 0 | 0 | 0 | 0 |",
             100.0 * s0.heldout.rate,
             100.0 * s0.heldout.ci_low,
             100.0 * s0.heldout.ci_high,
@@ -258,15 +283,27 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
                 .collect();
             MeanCi::of(&d)
         });
+        let sampled_gain = start
+            .as_ref()
+            .and_then(|s0| s0.heldout_sampled.as_ref())
+            .and_then(|s0| {
+                let d: Vec<f64> = r
+                    .runs
+                    .iter()
+                    .filter_map(|x| x.heldout_sampled.as_ref().map(|h| h.rate - s0.rate))
+                    .collect();
+                MeanCi::of(&d)
+            });
         let _ = writeln!(
             table,
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
             r.name,
             regime,
             r.runs.len(),
             r.heldout.pct(),
             gain.map_or("-".into(), |g| g.points()),
             r.heldout_sampled.map_or("-".into(), |c| c.pct()),
+            sampled_gain.map_or("-".into(), |g| g.points()),
             r.in_domain.map_or("-".into(), |c| c.pct()),
             r.labels,
             r.sim_steps,
@@ -293,20 +330,15 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
         if let (Some(ra), Some(rb)) = (find(a), find(b))
             && let Some(d) = paired(ra, rb)
         {
-            let verdict = if d.n < 2 {
-                "one seed: not resolved"
-            } else if d.lo > 0.0 {
-                "resolved: the first is higher"
-            } else if d.hi < 0.0 {
-                "resolved: the second is higher"
-            } else {
-                "interval spans 0: not resolved"
-            };
+            let sampled = paired_sampled(ra, rb).map_or("- | -".into(), |s| {
+                format!("{} | {}", s.points(), verdict(&s))
+            });
             let _ = writeln!(
                 paired_md,
-                "| `{a}` - `{b}` | {} | {} | {verdict} |",
+                "| `{a}` - `{b}` | {} | {} | {} | {sampled} |",
                 d.n,
-                d.points()
+                d.points(),
+                verdict(&d)
             );
         }
     }
@@ -520,7 +552,7 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
     );
     let _ = writeln!(
         md,
-        "## Paired differences (held-out greedy, by seed)\n\n| difference | seeds | points (95% t-interval) | verdict |\n|---|---|---|---|\n{paired_md}"
+        "## Paired differences (held-out, by seed)\n\n| difference | seeds | greedy, points (95% t-interval) | verdict | sampled, points (95% t-interval) | verdict |\n|---|---|---|---|---|---|\n{paired_md}"
     );
     let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
     let _ = writeln!(
@@ -630,5 +662,35 @@ mod tests {
         // Differences 0.04, 0.03, 0.05: sd 0.01, t(2) = 4.303.
         assert!((d.hi - d.mean - 4.303 * 0.01 / 3f64.sqrt()).abs() < 1e-9);
         assert!(d.lo > 0.0, "a consistent paired gain is resolved");
+        assert!(
+            paired_sampled(&a, &b).is_none(),
+            "no run took the sampled measure"
+        );
+        // The sampled measure pairs only seeds where both runs took it.
+        let with = |mut r: RunSummary, rate: Option<f64>| {
+            r.heldout_sampled =
+                rate.map(|x| wmrl_policy::RateSummary::new((x * 100.0).round() as usize, 100));
+            r
+        };
+        let a = result(
+            "a",
+            vec![
+                with(summary(0, 0.4), Some(0.50)),
+                with(summary(1, 0.3), Some(0.20)),
+                with(summary(2, 0.5), None),
+            ],
+        );
+        let b = result(
+            "b",
+            vec![
+                with(summary(0, 0.3), Some(0.40)),
+                with(summary(1, 0.3), Some(0.30)),
+                with(summary(2, 0.5), Some(0.10)),
+            ],
+        );
+        let s = paired_sampled(&a, &b).expect("two seeds");
+        assert_eq!(s.n, 2);
+        assert!(s.mean.abs() < 1e-9, "+0.10 and -0.10: {}", s.mean);
+        assert_eq!(verdict(&s), "interval spans 0: not resolved");
     }
 }

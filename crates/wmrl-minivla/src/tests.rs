@@ -1,0 +1,374 @@
+use std::collections::HashMap;
+use std::path::Path;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::{
+    CONFIG_FILE, MiniVla, MiniVlaConfig, MiniVlaError, TOKENIZER_FILE, WEIGHTS_FILE, tensor_shapes,
+};
+
+/// Deterministic weights in [-0.1, 0.1] (splitmix64), norms near 1.
+fn random_tensors(cfg: &MiniVlaConfig, seed: u64) -> HashMap<String, Tensor> {
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f32 / (1u64 << 53) as f32 * 0.2 - 0.1
+    };
+    let shapes = tensor_shapes(cfg).expect("shapes");
+    shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let n: usize = shape.iter().product();
+            let norm = name.ends_with("norm.weight")
+                || name.contains("norm1.weight")
+                || name.contains("norm2.weight")
+                || name.ends_with("layernorm.weight");
+            let v: Vec<f32> = (0..n)
+                .map(|_| next() + if norm { 1.0 } else { 0.0 })
+                .collect();
+            let t = Tensor::from_vec(v, shape, &Device::Cpu)
+                .and_then(|t| t.to_dtype(DType::BF16))
+                .expect("tensor");
+            (name, t)
+        })
+        .collect()
+}
+
+/// A word-level tokenizer in `tokenizer.json` form with Qwen's chat markers
+/// as special tokens (ids below `tokenizer_len - 256`).
+fn write_tokenizer(dir: &Path) {
+    let words = [
+        "[UNK]",
+        "system",
+        "user",
+        "assistant",
+        "What",
+        "action",
+        "should",
+        "the",
+        "robot",
+        "take",
+        "to",
+        "put",
+        "bowl",
+        "on",
+        "plate",
+        "?",
+    ];
+    let mut vocab: serde_json::Map<String, serde_json::Value> = words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| (w.to_string(), serde_json::json!(i + 2)))
+        .collect();
+    vocab.insert("<|im_start|>".into(), serde_json::json!(0));
+    vocab.insert("<|im_end|>".into(), serde_json::json!(1));
+    let special = |id: usize, s: &str| {
+        serde_json::json!({"id": id, "content": s, "single_word": false, "lstrip": false,
+            "rstrip": false, "normalized": false, "special": true})
+    };
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null,
+        "added_tokens": [special(0, "<|im_start|>"), special(1, "<|im_end|>")],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
+    });
+    std::fs::write(dir.join(TOKENIZER_FILE), tok.to_string()).expect("tokenizer");
+}
+
+fn write_checkpoint(dir: &Path, cfg: &MiniVlaConfig, tensors: &HashMap<String, Tensor>) {
+    std::fs::write(
+        dir.join(CONFIG_FILE),
+        serde_json::to_string_pretty(cfg).expect("json"),
+    )
+    .expect("config");
+    candle_core::safetensors::save(tensors, dir.join(WEIGHTS_FILE)).expect("weights");
+}
+
+fn frame(w: u32, h: u32, seed: u32) -> image::RgbImage {
+    image::RgbImage::from_fn(w, h, |x, y| {
+        let v = (x * 7 + y * 13 + seed * 31) % 256;
+        image::Rgb([v as u8, (255 - v) as u8, ((v * 3) % 256) as u8])
+    })
+}
+
+/// Names a Prismatic checkpoint converted by scripts/convert_minivla.py has.
+const EXPECTED_KEYS: &[&str] = &[
+    "vision_backbone.featurizer.patch_embed.proj.weight",
+    "vision_backbone.featurizer.cls_token",
+    "vision_backbone.featurizer.reg_token",
+    "vision_backbone.featurizer.pos_embed",
+    "vision_backbone.featurizer.blocks.0.attn.qkv.weight",
+    "vision_backbone.featurizer.blocks.0.ls1.scale_factor",
+    "vision_backbone.featurizer.blocks.1.mlp.fc2.bias",
+    "vision_backbone.featurizer.norm.weight",
+    "vision_backbone.fused_featurizer.pos_embed",
+    "vision_backbone.fused_featurizer.blocks.1.attn.proj.weight",
+    "vision_backbone.fused_featurizer.attn_pool.latent",
+    "vision_backbone.fused_featurizer.attn_pool.kv.weight",
+    "vision_backbone.fused_featurizer.attn_pool.mlp.fc1.weight",
+    "projector.fc1.weight",
+    "projector.fc3.bias",
+    "language_model.model.embed_tokens.weight",
+    "language_model.model.layers.0.self_attn.q_proj.bias",
+    "language_model.model.layers.1.mlp.gate_proj.weight",
+    "language_model.model.norm.weight",
+];
+
+#[test]
+fn scaled_down_checkpoint_loads_and_predicts_bin_centre_actions() {
+    let cfg = MiniVlaConfig::scaled_down();
+    let shapes = tensor_shapes(&cfg).expect("shapes");
+    for key in EXPECTED_KEYS {
+        assert!(shapes.contains_key(*key), "{key} not in the key set");
+    }
+    // tied head: no lm_head tensor; no DINOv2 LayerScale under its timm name
+    assert!(!shapes.contains_key("language_model.lm_head.weight"));
+    assert!(!shapes.keys().any(|k| k.ends_with(".gamma")));
+    // per ViT: patch_embed 2, pos 1, prefix, 12 per block (+2 LayerScale), norm 2,
+    // attn_pool 13 (latent, q, kv, proj, norm, mlp.fc1/fc2); projector 6; LM: embed 1,
+    // 12 per layer, norm 1
+    let dino = 3 + 2 + 2 * 14 + 2;
+    let siglip = 3 + 2 * 12 + 2 + 13;
+    assert_eq!(shapes.len(), dino + siglip + 6 + 1 + 2 * 12 + 1);
+    assert_eq!(shapes["projector.fc1.weight"], vec![4 * 80, 80]);
+
+    let dir = tempfile::tempdir().expect("tmp");
+    write_checkpoint(dir.path(), &cfg, &random_tensors(&cfg, 7));
+    write_tokenizer(dir.path());
+    let t0 = std::time::Instant::now();
+    let vla = MiniVla::load(dir.path()).expect("load");
+    assert_eq!(
+        vla.n_params(),
+        MiniVla::parameter_count(&cfg).expect("count")
+    );
+    let ids = vla.prompt_ids("Put the bowl on the plate").expect("ids");
+    assert_eq!(ids[0], 0, "prompt starts with <|im_start|>: {ids:?}");
+    assert_eq!(ids.iter().filter(|&&i| i == 0).count(), 3, "{ids:?}");
+    assert!(
+        ids.iter()
+            .all(|&i| (i as usize) < cfg.tokenizer_len - cfg.n_bins)
+    );
+
+    let images = [frame(64, 48, 1)];
+    let a = vla
+        .predict_action(&images, "Put the bowl on the plate")
+        .expect("predict");
+    let (b, tokens) = vla.predict_action_ids(&images, &ids).expect("predict ids");
+    assert_eq!(a, b, "greedy decoding is deterministic");
+    let centre = |i: usize| -1.0 + (2 * i + 1) as f32 / 255.0;
+    for (&v, &t) in a.iter().zip(&tokens) {
+        assert!((-1.0..=1.0).contains(&v), "{v}");
+        assert!(
+            (0..255).any(|i| (centre(i) - v).abs() < 1e-6),
+            "{v} is not a bin centre"
+        );
+        assert_eq!(v, vla.action_of_token(t));
+    }
+    // another frame changes the input the LM sees
+    let other = vla
+        .predict_action_ids(&[frame(64, 48, 9)], &ids)
+        .expect("predict");
+    assert_eq!(other.0.len(), 7);
+    eprintln!("scaled-down load + 3 predictions: {:?}", t0.elapsed());
+
+    let two = vla.predict_action_ids(&[frame(8, 8, 1), frame(8, 8, 2)], &ids);
+    assert!(matches!(two, Err(MiniVlaError::Config(_))), "{two:?}");
+}
+
+#[test]
+fn token_ids_map_to_openvla_bin_centres() {
+    let cfg = MiniVlaConfig::scaled_down();
+    let dir = tempfile::tempdir().expect("tmp");
+    write_checkpoint(dir.path(), &cfg, &random_tensors(&cfg, 1));
+    let vla = MiniVla::load(dir.path()).expect("load");
+    let l = cfg.tokenizer_len as u32; // 600
+    // digitize bin 1 (values in [-1, -1 + 2/255)) is token L - 1
+    assert!((vla.action_of_token(l - 1) - (-1.0 + 1.0 / 255.0)).abs() < 1e-6);
+    assert!((vla.action_of_token(l - 128) - 0.0).abs() < 1e-6);
+    // bin 256 (exactly 1.0) and bin 255 share the last centre
+    assert!((vla.action_of_token(l - 256) - (1.0 - 1.0 / 255.0)).abs() < 1e-6);
+    assert_eq!(vla.action_of_token(l - 255), vla.action_of_token(l - 256));
+    // ids outside the action range clip to the end bins
+    assert_eq!(vla.action_of_token(0), vla.action_of_token(l - 256));
+    assert_eq!(vla.action_of_token(l + 5), vla.action_of_token(l - 1));
+    // without tokenizer.json only the id entry point works
+    assert!(matches!(
+        vla.prompt_ids("x"),
+        Err(MiniVlaError::Tokenizer(_))
+    ));
+}
+
+#[test]
+fn a_missing_misshaped_or_unexpected_tensor_is_named() {
+    let cfg = MiniVlaConfig::scaled_down();
+    let good = random_tensors(&cfg, 3);
+    let check = |tensors: HashMap<String, Tensor>, key: &str, what: &str| {
+        let dir = tempfile::tempdir().expect("tmp");
+        write_checkpoint(dir.path(), &cfg, &tensors);
+        match MiniVla::load(dir.path()) {
+            Err(MiniVlaError::Tensor {
+                key: k, message, ..
+            }) => {
+                assert_eq!(k, key, "{message}");
+                assert!(message.contains(what), "{message}");
+            }
+            other => panic!("expected a tensor error for {key}, got {other:?}"),
+        }
+    };
+    let mut t = good.clone();
+    t.remove("language_model.model.layers.1.mlp.up_proj.weight");
+    check(
+        t,
+        "language_model.model.layers.1.mlp.up_proj.weight",
+        "missing",
+    );
+
+    let mut t = good.clone();
+    let key = "vision_backbone.fused_featurizer.blocks.0.attn.qkv.weight";
+    t.insert(
+        key.into(),
+        Tensor::zeros((48, 48), DType::BF16, &Device::Cpu).expect("t"),
+    );
+    check(t, key, "expected [144, 48]");
+
+    let mut t = good;
+    let key = "vision_backbone.featurizer.blocks.0.ls1.gamma";
+    t.insert(
+        key.into(),
+        Tensor::zeros(32, DType::BF16, &Device::Cpu).expect("t"),
+    );
+    check(t, key, "unexpected");
+}
+
+#[test]
+fn full_configuration_has_the_published_parameter_count() {
+    let cfg = MiniVlaConfig::full();
+    let t0 = std::time::Instant::now();
+    let shapes = tensor_shapes(&cfg).expect("shapes");
+    let part = |prefix: &str| -> usize {
+        shapes
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum()
+    };
+    // Qwen2.5-0.5B as published: 494,032,768 (0.49B; 0.36B without embeddings)
+    let llm = part("language_model.");
+    assert_eq!(llm, 494_032_768);
+    assert_eq!(llm - 151_936 * 896, 357_898_112);
+    // DINOv2 ViT-L/14 + 4 registers at 224 px (timm; "ViT-L 300M")
+    let dino_block = 2 * 1024 * 2
+        + (1024 * 3072 + 3072)
+        + (1024 * 1024 + 1024)
+        + 2 * 1024
+        + (1024 * 4096 + 4096)
+        + (4096 * 1024 + 1024);
+    let dino = (3 * 14 * 14 * 1024 + 1024) + 1024 + 4 * 1024 + 256 * 1024 + 24 * dino_block + 2048;
+    assert_eq!(part("vision_backbone.featurizer."), dino);
+    // SigLIP SO400M/14 at 224 px with its MAP head (timm; "400M")
+    let w = 1152;
+    let mlp = (w * 4304 + 4304) + (4304 * w + w);
+    let sig_block = 4 * w + (w * 3 * w + 3 * w) + (w * w + w) + mlp;
+    let pool = w + (w * w + w) + (w * 2 * w + 2 * w) + (w * w + w) + 2 * w + mlp;
+    let siglip = (3 * 14 * 14 * w + w) + 256 * w + 27 * sig_block + 2 * w + pool;
+    assert_eq!(part("vision_backbone.fused_featurizer."), siglip);
+    let f = 2176;
+    let projector = (f * 4 * f + 4 * f) + (4 * f * 896 + 896) + (896 * 896 + 896);
+    assert_eq!(part("projector."), projector);
+
+    let total = MiniVla::parameter_count(&cfg).expect("count");
+    assert_eq!(total, llm + dino + siglip + projector);
+    assert_eq!(total, 1_252_496_448);
+    eprintln!(
+        "full MiniVLA: {total} parameters (dino {dino}, siglip {siglip}, projector {projector}, llm {llm}), counted in {:?}",
+        t0.elapsed()
+    );
+}
+
+/// Prismatic's own names for a converted key (the inverse of the script's map).
+fn prismatic_name(key: &str) -> String {
+    let mut k = key.to_string();
+    for (new, old) in [
+        (
+            "vision_backbone.featurizer.",
+            "vision_backbone.dino_featurizer.",
+        ),
+        (
+            "vision_backbone.fused_featurizer.",
+            "vision_backbone.siglip_featurizer.",
+        ),
+        ("projector.fc1.", "projector.0."),
+        ("projector.fc2.", "projector.2."),
+        ("projector.fc3.", "projector.4."),
+        ("language_model.", "llm_backbone.llm."),
+    ] {
+        if let Some(rest) = k.strip_prefix(new) {
+            k = format!("{old}{rest}");
+        }
+    }
+    if k.starts_with("vision_backbone.dino_featurizer.") && k.ends_with(".scale_factor") {
+        k = k.replace(".scale_factor", ".gamma");
+    }
+    k
+}
+
+#[test]
+fn the_conversion_script_maps_prismatic_names_to_a_loadable_checkpoint() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/convert_minivla.py");
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: no python3 on PATH");
+        return;
+    }
+    let cfg = MiniVlaConfig::scaled_down();
+    let tensors = random_tensors(&cfg, 11);
+    let direct = tempfile::tempdir().expect("tmp");
+    write_checkpoint(direct.path(), &cfg, &tensors);
+
+    // the same weights under Prismatic's names, with the tied lm_head copy
+    // a torch state dict carries
+    let mut prismatic: HashMap<String, Tensor> = tensors
+        .iter()
+        .map(|(k, t)| (prismatic_name(k), t.clone()))
+        .collect();
+    let emb = prismatic["llm_backbone.llm.model.embed_tokens.weight"].clone();
+    prismatic.insert("llm_backbone.llm.lm_head.weight".into(), emb);
+    assert!(prismatic.contains_key("vision_backbone.dino_featurizer.blocks.0.ls1.gamma"));
+    let src = tempfile::tempdir().expect("tmp");
+    let src_file = src.path().join("prismatic.safetensors");
+    candle_core::safetensors::save(&prismatic, &src_file).expect("save");
+    let cfg_file = src.path().join("config.json");
+    std::fs::write(&cfg_file, serde_json::to_string(&cfg).expect("json")).expect("cfg");
+    let out = src.path().join("converted");
+    let run = std::process::Command::new("python3")
+        .arg(&script)
+        .arg("--safetensors")
+        .arg(&src_file)
+        .arg("--config")
+        .arg(&cfg_file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run script");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let converted = MiniVla::load(&out).expect("load converted");
+    let reference = MiniVla::load(direct.path()).expect("load direct");
+    assert!(converted.config().llm.tie_word_embeddings);
+    let ids = [0u32, 3, 1, 4, 5];
+    let images = [frame(30, 30, 4)];
+    assert_eq!(
+        converted.predict_action_ids(&images, &ids).expect("a"),
+        reference.predict_action_ids(&images, &ids).expect("b")
+    );
+}

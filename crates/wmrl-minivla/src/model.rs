@@ -280,6 +280,33 @@ impl MiniVla {
         images: &[image::RgbImage],
         prompt_ids: &[u32],
     ) -> Result<([f32; 7], [u32; 7])> {
+        let mut embeds = self.prefix_embeds(images, prompt_ids)?;
+        let mut tokens = [0u32; 7];
+        for slot in tokens.iter_mut() {
+            // OpenVLA's `generate` is an unconstrained greedy argmax; the
+            // decode below clips ids outside the action range.
+            let id = Qwen2::argmax(&self.llm.last_logits(&embeds)?)?[0];
+            *slot = id;
+            let e = self.llm.embed(&Tensor::new(&[[id]], &self.device)?)?;
+            embeds = Tensor::cat(&[&embeds, &e], 1)?;
+        }
+        Ok((tokens.map(|t| self.action_of_token(t)), tokens))
+    }
+
+    /// Logits `[vocab]` of the first action token after the prompt (what
+    /// the first greedy step takes the argmax of).
+    pub fn next_token_logits(
+        &self,
+        images: &[image::RgbImage],
+        prompt_ids: &[u32],
+    ) -> Result<Vec<f32>> {
+        let embeds = self.prefix_embeds(images, prompt_ids)?;
+        Ok(self.llm.last_logits(&embeds)?.squeeze(0)?.to_vec1()?)
+    }
+
+    /// `[1, prompt + vision tokens, hidden]`: Prismatic inserts the patches
+    /// after the first prompt token.
+    fn prefix_embeds(&self, images: &[image::RgbImage], prompt_ids: &[u32]) -> Result<Tensor> {
         if images.len() != self.cfg.n_images {
             return Err(MiniVlaError::Config(format!(
                 "{} images given, the model takes {}",
@@ -293,25 +320,14 @@ impl MiniVla {
         let patches = self.vision_tokens(images)?;
         let ids = Tensor::new(prompt_ids, &self.device)?.unsqueeze(0)?;
         let text = self.llm.embed(&ids)?;
-        // Prismatic inserts the patches after the first prompt token.
-        let mut embeds = Tensor::cat(
+        Ok(Tensor::cat(
             &[
                 &text.narrow(1, 0, 1)?,
                 &patches,
                 &text.narrow(1, 1, prompt_ids.len() - 1)?,
             ],
             1,
-        )?;
-        let mut tokens = [0u32; 7];
-        for slot in tokens.iter_mut() {
-            // OpenVLA's `generate` is an unconstrained greedy argmax; the
-            // decode below clips ids outside the action range.
-            let id = Qwen2::argmax(&self.llm.last_logits(&embeds)?)?[0];
-            *slot = id;
-            let e = self.llm.embed(&Tensor::new(&[[id]], &self.device)?)?;
-            embeds = Tensor::cat(&[&embeds, &e], 1)?;
-        }
-        Ok((tokens.map(|t| self.action_of_token(t)), tokens))
+        )?)
     }
 
     /// OpenVLA's `decode_token_ids_to_actions`: bin index

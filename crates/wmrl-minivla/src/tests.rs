@@ -372,3 +372,64 @@ fn the_conversion_script_maps_prismatic_names_to_a_loadable_checkpoint() {
         reference.predict_action_ids(&images, &ids).expect("b")
     );
 }
+
+/// A Python with torch and safetensors: `WMRL_TORCH_PYTHON`, else the
+/// datasets venv that scripts/setup.d/70-datasets.sh builds.
+fn torch_python() -> Option<std::path::PathBuf> {
+    let candidate = std::env::var_os("WMRL_TORCH_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../envs/datasets/.venv/bin/python")
+        });
+    let ok = std::process::Command::new(&candidate)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    ok.then_some(candidate)
+}
+
+#[test]
+fn matches_a_pytorch_reference_forward() {
+    let Some(python) = torch_python() else {
+        eprintln!("skipped: no Python with torch (set WMRL_TORCH_PYTHON)");
+        return;
+    };
+    let cfg = MiniVlaConfig::scaled_down();
+    let dir = tempfile::tempdir().expect("tmp");
+    write_checkpoint(dir.path(), &cfg, &random_tensors(&cfg, 5));
+    let vla = MiniVla::load(dir.path()).expect("load");
+    let ids = [0u32, 3, 1, 4, 5, 6, 7, 0, 5];
+    // 28x28 frames: the resize is the identity, so both sides see the same pixels
+    let images = [frame(28, 28, 2)];
+    let logits = vla.next_token_logits(&images, &ids).expect("logits");
+    let (_, tokens) = vla.predict_action_ids(&images, &ids).expect("predict");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/torch_reference.py");
+    let run = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(dir.path())
+        .arg("2")
+        .arg(serde_json::to_string(&ids).expect("ids"))
+        .output()
+        .expect("run reference");
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let out: serde_json::Value = serde_json::from_slice(&run.stdout).expect("json");
+    let want: Vec<f32> = serde_json::from_value(out["logits"].clone()).expect("logits");
+    let want_tokens: Vec<u32> = serde_json::from_value(out["tokens"].clone()).expect("tokens");
+    assert_eq!(want.len(), logits.len());
+    let max_diff = want
+        .iter()
+        .zip(&logits)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    let scale = want.iter().map(|a| a.abs()).fold(0.0f32, f32::max);
+    eprintln!("max |logit difference| {max_diff:e} (logits up to {scale})");
+    assert!(
+        max_diff < 1e-4 * scale.max(1.0),
+        "max difference {max_diff}"
+    );
+    assert_eq!(tokens.to_vec(), want_tokens);
+}

@@ -42,7 +42,13 @@ impl Attention {
         })
     }
 
-    fn forward(&self, xs: &Tensor, rope: &Rope, mask: &Tensor) -> Result<Tensor> {
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &Rope,
+        mask: Option<&Tensor>,
+        cache: &mut Option<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
         let (b, t, d) = xs.dims3()?;
         let split = |y: Tensor, h: usize| y.reshape((b, t, h, self.head_dim))?.transpose(1, 2);
         let q = split(self.q_proj.forward(xs)?, self.heads)?.contiguous()?;
@@ -50,11 +56,20 @@ impl Attention {
         let v = split(self.v_proj.forward(xs)?, self.kv_heads)?;
         let q = candle_nn::rotary_emb::rope(&q, &rope.cos, &rope.sin)?;
         let k = candle_nn::rotary_emb::rope(&k, &rope.cos, &rope.sin)?;
+        let (k, v) = match cache.take() {
+            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+            None => (k, v),
+        };
+        *cache = Some((k.clone(), v.clone()));
         let groups = self.heads / self.kv_heads;
         let k = repeat_kv(k, groups)?.contiguous()?;
         let v = repeat_kv(v, groups)?.contiguous()?;
         let w = (q.matmul(&k.transpose(2, 3)?)? * (1.0 / (self.head_dim as f64).sqrt()))?;
-        let w = candle_nn::ops::softmax_last_dim(&w.broadcast_add(mask)?)?;
+        let w = match mask {
+            Some(m) => w.broadcast_add(m)?,
+            None => w,
+        };
+        let w = candle_nn::ops::softmax_last_dim(&w)?;
         w.matmul(&v)?
             .transpose(1, 2)?
             .reshape((b, t, d))?
@@ -90,15 +105,37 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(&self, xs: &Tensor, rope: &Rope, mask: &Tensor) -> Result<Tensor> {
+    fn forward(
+        &self,
+        xs: &Tensor,
+        rope: &Rope,
+        mask: Option<&Tensor>,
+        cache: &mut Option<(Tensor, Tensor)>,
+    ) -> Result<Tensor> {
         let y = self
             .self_attn
-            .forward(&self.input_layernorm.forward(xs)?, rope, mask)?;
+            .forward(&self.input_layernorm.forward(xs)?, rope, mask, cache)?;
         let xs = (xs + y)?;
         let h = self.post_attention_layernorm.forward(&xs)?;
         let g = self.gate_proj.forward(&h)?.apply(&Activation::Silu)?;
         let y = (g * self.up_proj.forward(&h)?)?.apply(&self.down_proj)?;
         xs + y
+    }
+}
+
+/// Keys and values of the positions seen so far, per layer.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    layers: Vec<Option<(Tensor, Tensor)>>,
+    len: usize,
+}
+
+impl KvCache {
+    pub fn new(n_layers: usize) -> Self {
+        Self {
+            layers: vec![None; n_layers],
+            len: 0,
+        }
     }
 }
 
@@ -108,14 +145,15 @@ struct Rope {
 }
 
 impl Rope {
-    fn new(c: &LlmConfig, t: usize, dtype: DType, dev: &Device) -> Result<Self> {
+    /// Positions `offset..offset + t`.
+    fn new(c: &LlmConfig, offset: usize, t: usize, dtype: DType, dev: &Device) -> Result<Self> {
         let dim = c.hidden_size / c.num_attention_heads;
         let inv: Vec<f32> = (0..dim)
             .step_by(2)
             .map(|i| 1.0 / c.rope_theta.powf(i as f64 / dim as f64) as f32)
             .collect();
         let inv = Tensor::from_vec(inv, (1, dim / 2), dev)?;
-        let pos = Tensor::arange(0u32, t as u32, dev)?
+        let pos = Tensor::arange(offset as u32, (offset + t) as u32, dev)?
             .to_dtype(DType::F32)?
             .reshape((t, 1))?;
         let f = pos.matmul(&inv)?;
@@ -166,22 +204,47 @@ impl Qwen2 {
     /// Causal forward over `[b, t, hidden]` embeddings; logits of the last
     /// position, `[b, vocab]`.
     pub fn last_logits(&self, embeds: &Tensor) -> Result<Tensor> {
+        self.last_logits_cached(embeds, &mut KvCache::new(self.cfg.num_hidden_layers))
+    }
+
+    /// As [`Qwen2::last_logits`] for positions after those already in
+    /// `cache` (candle-transformers' `qwen2` KV cache, held by the caller so
+    /// the model stays shared); appends this call's keys and values.
+    pub fn last_logits_cached(&self, embeds: &Tensor, cache: &mut KvCache) -> Result<Tensor> {
         let (_, t, _) = embeds.dims3()?;
         let (dtype, dev) = (embeds.dtype(), embeds.device());
-        let rope = Rope::new(&self.cfg, t, dtype, dev)?;
-        let mask: Vec<f32> = (0..t)
-            .flat_map(|i| (0..t).map(move |j| if j > i { f32::NEG_INFINITY } else { 0.0 }))
-            .collect();
-        let mask = Tensor::from_vec(mask, (1, 1, t, t), dev)?.to_dtype(dtype)?;
+        let offset = cache.len;
+        let rope = Rope::new(&self.cfg, offset, t, dtype, dev)?;
+        let mask = if t > 1 {
+            let m: Vec<f32> = (0..t)
+                .flat_map(|i| {
+                    (0..offset + t).map(move |j| {
+                        if j > i + offset {
+                            f32::NEG_INFINITY
+                        } else {
+                            0.0
+                        }
+                    })
+                })
+                .collect();
+            Some(Tensor::from_vec(m, (1, 1, t, offset + t), dev)?.to_dtype(dtype)?)
+        } else {
+            None
+        };
         let mut xs = embeds.clone();
-        for layer in &self.layers {
-            xs = layer.forward(&xs, &rope, &mask)?;
+        for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
+            xs = layer.forward(&xs, &rope, mask.as_ref(), kv)?;
         }
+        cache.len += t;
         let last = xs.narrow(1, t - 1, 1)?.squeeze(1)?;
         self.norm
             .forward(&last)?
             .apply(&self.lm_head)?
             .to_dtype(DType::F32)
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.cfg.num_hidden_layers
     }
 
     /// Greedy argmax of `[b, vocab]` logits, along the last axis.

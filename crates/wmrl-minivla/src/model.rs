@@ -12,7 +12,7 @@ use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
 
 use crate::config::{MiniVlaConfig, VitConfig};
-use crate::llm::Qwen2;
+use crate::llm::{KvCache, Qwen2};
 use crate::vit::{Projector, Vit, fuse};
 use crate::{MiniVlaError, Result};
 
@@ -280,15 +280,16 @@ impl MiniVla {
         images: &[image::RgbImage],
         prompt_ids: &[u32],
     ) -> Result<([f32; 7], [u32; 7])> {
-        let mut embeds = self.prefix_embeds(images, prompt_ids)?;
+        // the prompt once, then one position per token (KV cache)
+        let mut cache = KvCache::new(self.llm.n_layers());
+        let mut input = self.prefix_embeds(images, prompt_ids)?;
         let mut tokens = [0u32; 7];
         for slot in tokens.iter_mut() {
             // OpenVLA's `generate` is an unconstrained greedy argmax; the
             // decode below clips ids outside the action range.
-            let id = Qwen2::argmax(&self.llm.last_logits(&embeds)?)?[0];
+            let id = Qwen2::argmax(&self.llm.last_logits_cached(&input, &mut cache)?)?[0];
             *slot = id;
-            let e = self.llm.embed(&Tensor::new(&[[id]], &self.device)?)?;
-            embeds = Tensor::cat(&[&embeds, &e], 1)?;
+            input = self.llm.embed(&Tensor::new(&[[id]], &self.device)?)?;
         }
         Ok((tokens.map(|t| self.action_of_token(t)), tokens))
     }

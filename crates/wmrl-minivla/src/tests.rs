@@ -402,6 +402,7 @@ fn matches_a_pytorch_reference_forward() {
     // 28x28 frames: the resize is the identity, so both sides see the same pixels
     let images = [frame(28, 28, 2)];
     let logits = vla.next_token_logits(&images, &ids).expect("logits");
+    // (the reference decodes without a cache: this also checks the KV cache)
     let (_, tokens) = vla.predict_action_ids(&images, &ids).expect("predict");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/torch_reference.py");
     let run = std::process::Command::new(&python)
@@ -432,4 +433,38 @@ fn matches_a_pytorch_reference_forward() {
         "max difference {max_diff}"
     );
     assert_eq!(tokens.to_vec(), want_tokens);
+}
+
+#[test]
+fn kv_cache_decoding_equals_full_recomputation() {
+    use crate::llm::{KvCache, Qwen2};
+    let cfg = MiniVlaConfig::scaled_down();
+    let tensors: HashMap<String, Tensor> = random_tensors(&cfg, 9)
+        .into_iter()
+        .map(|(k, t)| (k, t.to_dtype(DType::F32).expect("f32")))
+        .collect();
+    let vb = candle_nn::VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+    let llm = Qwen2::new(&cfg.llm, vb.pp("language_model")).expect("llm");
+    let ids = Tensor::new(&[[3u32, 1, 4, 1, 5, 9, 2, 6]], &Device::Cpu).expect("ids");
+    let all = llm.embed(&ids).expect("embed");
+    let mut cache = KvCache::new(cfg.llm.num_hidden_layers);
+    // 5 positions at once, then 3 one at a time
+    let mut cached = vec![llm.last_logits_cached(&all.narrow(1, 0, 5).expect("n"), &mut cache)];
+    for i in 5..8 {
+        cached.push(llm.last_logits_cached(&all.narrow(1, i, 1).expect("n"), &mut cache));
+    }
+    for (n, c) in (5..=8).zip(cached) {
+        let full = llm
+            .last_logits(&all.narrow(1, 0, n).expect("n"))
+            .expect("full");
+        let diff = (full - c.expect("cached"))
+            .expect("sub")
+            .abs()
+            .expect("abs")
+            .max_all()
+            .expect("max")
+            .to_scalar::<f32>()
+            .expect("scalar");
+        assert!(diff < 1e-5, "{n} positions: cached logits differ by {diff}");
+    }
 }

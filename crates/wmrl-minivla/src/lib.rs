@@ -9,6 +9,7 @@
 //! never download anything (tokenizer and weights come from the directory).
 
 mod config;
+pub mod libero;
 mod llm;
 mod model;
 mod vit;

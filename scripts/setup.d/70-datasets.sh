@@ -5,7 +5,7 @@
 # envs/datasets/requirements.txt. lerobot-dataset needs Python >= 3.12: the
 # first of python3.13, python3.12 (PATH, then pyenv's versions) that runs is
 # used. Idempotent: the venv is rebuilt only when the requirements file or the
-# interpreter changed (~4 GB, most of it torch's CUDA libraries).
+# interpreter changed (about 8 GB, most of it torch's CUDA libraries).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=envs/datasets/.venv
@@ -14,13 +14,13 @@ base=""
 for cand in python3.13 python3.12 \
     "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.13*/bin/python3 \
     "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python3; do
-  if "$cand" -c 'import sys, venv; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then
+  if "$cand" -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then
     base=$("$cand" -c 'import sys; print(sys.executable)')
     break
   fi
 done
 if [ -z "$base" ]; then
-  echo "error: envs/datasets needs Python >= 3.12 (lerobot-dataset); none found" >&2
+  echo "error: envs/datasets needs Python >= 3.12 with venv and ensurepip (lerobot-dataset requires it); none found among python3.13, python3.12 and ${PYENV_ROOT:-$HOME/.pyenv}/versions/3.1[23]*. Install one (e.g. pyenv install 3.12) and run scripts/setup again; ./scripts/quickstart does not need it." >&2
   exit 1
 fi
 stamp="$venv/.requirements.sha256"

@@ -176,7 +176,7 @@ fn resume_continues_to_the_same_result() {
     let original = std::fs::read_to_string(&cfg_path).expect("config");
     let mut edited = TrainConfig::load(&cfg_path).expect("load");
     edited.wmrl.anchors.fraction = wmrl_core::AnchorFraction::new(0.25).expect("valid");
-    std::fs::write(&cfg_path, edited.to_toml()).expect("edit");
+    std::fs::write(&cfg_path, edited.to_toml().expect("toml")).expect("edit");
     let Err(err) = Trainer::resume(&cut) else {
         panic!("edited settings are refused");
     };

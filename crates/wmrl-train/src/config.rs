@@ -490,8 +490,21 @@ impl TrainConfig {
         Self::from_toml(&text, &origin)
     }
 
-    pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).unwrap_or_else(|e| format!("# unserialisable config: {e}\n"))
+    /// The first key (dotted, e.g. `wmrl.anchors.fraction`) whose value
+    /// differs between two configs, with both values; `None` when equal.
+    pub fn first_difference(&self, other: &TrainConfig) -> Option<String> {
+        first_difference(self, other, "")
+    }
+
+    /// The config as TOML (what a run directory's config.toml holds). It
+    /// fails only on a value TOML cannot hold (e.g. a path that is not
+    /// UTF-8), and then says so instead of writing a file that would read
+    /// back as something else.
+    pub fn to_toml(&self) -> Result<String> {
+        toml::to_string_pretty(self).map_err(|e| TrainError::Config {
+            path: "config".into(),
+            message: format!("cannot be written as TOML: {e}"),
+        })
     }
 
     /// Every check that does not need the disk.
@@ -612,6 +625,42 @@ impl TrainConfig {
     }
 }
 
+/// The first dotted key whose value differs between two serialisable
+/// values (configs), as `key: A against B`; `None` when they are equal.
+pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<String> {
+    fn walk(a: &toml::Value, b: &toml::Value, key: &str) -> Option<String> {
+        use toml::Value::Table;
+        match (a, b) {
+            (Table(x), Table(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                keys.into_iter().find_map(|k| {
+                    let sub = if key.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{key}.{k}")
+                    };
+                    match (x.get(k), y.get(k)) {
+                        (Some(va), Some(vb)) => walk(va, vb, &sub),
+                        (va, vb) => Some(format!(
+                            "{sub}: {} against {}",
+                            va.map_or("absent".into(), |v| v.to_string()),
+                            vb.map_or("absent".into(), |v| v.to_string())
+                        )),
+                    }
+                })
+            }
+            _ if a == b => None,
+            _ => Some(format!("{key}: {a} against {b}")),
+        }
+    }
+    match (toml::Value::try_from(a), toml::Value::try_from(b)) {
+        (Ok(x), Ok(y)) => walk(&x, &y, prefix),
+        _ => Some(format!("{prefix}: not comparable")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -648,7 +697,7 @@ mod tests {
             TrainConfig::from_toml("[update.optim]\nlr_max = 1.0\n", "t.toml").expect_err("nested");
         assert!(err.to_string().contains("lr_max"), "{err}");
         let ok = TrainConfig::from_toml("arm = \"sparse\"\nsteps = 3\n", "t.toml").expect("ok");
-        let mut doc: toml::Table = toml::from_str(&ok.to_toml()).expect("doc");
+        let mut doc: toml::Table = toml::from_str(&ok.to_toml().expect("toml")).expect("doc");
         apply_override(&mut doc, "rollout.temperature=0.5").expect("set");
         apply_override(&mut doc, "update.loss.temperature = 0.5").expect("set");
         apply_override(&mut doc, "eval.curve_init_states=[16, 25]").expect("set");
@@ -663,7 +712,8 @@ mod tests {
             "steps is not a section"
         );
         assert_eq!(ok.arm, Arm::Sparse);
-        let round = TrainConfig::from_toml(&ok.to_toml(), "round").expect("round trip");
+        let round =
+            TrainConfig::from_toml(&ok.to_toml().expect("toml"), "round").expect("round trip");
         assert_eq!(round, ok);
     }
 }

@@ -135,7 +135,7 @@ impl Trainer {
         for f in [files.metrics(), files.eval(), files.calibration()] {
             metrics::truncate(&f, 0)?;
         }
-        std::fs::write(files.config(), cfg.to_toml()).map_err(io_err(&files.config()))?;
+        std::fs::write(files.config(), cfg.to_toml()?).map_err(io_err(&files.config()))?;
         let optimizer =
             PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
@@ -173,10 +173,21 @@ impl Trainer {
         // config.toml is the one source of truth: a checkpoint whose method
         // state was made under other settings (an edited file) is refused
         // rather than continued with a mix of both.
-        if state.core.config() != &cfg.wmrl || state.core.arm() != cfg.arm {
+        let changed = if state.core.arm() != cfg.arm {
+            Some(format!(
+                "arm: {} in the checkpoint against {}",
+                state.core.arm().name(),
+                cfg.arm.name()
+            ))
+        } else {
+            crate::config::first_difference(state.core.config(), &cfg.wmrl, "wmrl")
+        };
+        if let Some(d) = changed {
             return Err(TrainError::RunDir {
                 path: files.config().display().to_string(),
-                message: "differs from the settings the checkpoint was made with ([wmrl] or arm); restore it or start a new run".into(),
+                message: format!(
+                    "differs from the settings the checkpoint was made with (checkpoint against config.toml: {d}); restore it or start a new run"
+                ),
             });
         }
         let policy = Policy::load(&ck.join("policy"))?;

@@ -59,6 +59,12 @@ fn extends_merges_over_the_parent_and_rejects_cycles() {
     )
     .expect_err("fraction above 1");
     assert!(err.to_string().contains("anchors.fraction"), "{err}");
+    // Two configs' first difference is named by its dotted key.
+    let mut d = c.clone();
+    assert_eq!(c.first_difference(&d), None);
+    d.rollout.group_size += 1;
+    let diff = c.first_difference(&d).expect("differs");
+    assert!(diff.starts_with("rollout.group_size: "), "{diff}");
 }
 
 #[test]

@@ -51,9 +51,10 @@ pub struct Args {
 
 /// The config of one bench run, resolved once here: the file with the
 /// bench's and the arm's `--set`s, the arm, the seed and every flag applied,
-/// then validated. The parent writes it into the run directory and the child
-/// reads only that (a fresh run) or its checkpoint (a resumed one). `arm =
-/// None` is the bench's single zero-step evaluation of the shared start.
+/// then validated. For a fresh run the parent writes it into the run
+/// directory and the child reads only that; a resumed run must still match
+/// it (its config.toml and checkpoint are the run's). `arm = None` is the
+/// bench's single zero-step evaluation of the shared start.
 fn resolved(
     args: &Args,
     arm: Option<&BenchArm>,
@@ -67,52 +68,92 @@ fn resolved(
     let mut c = wmrl_train::TrainConfig::load_with(&args.config, &sets)?;
     c.arm = arm.map_or(wmrl_core::Arm::Sparse, |a| a.arm);
     c.seed = seed;
-    match arm {
-        None => c.steps = 0,
-        Some(_) => {
-            if let Some(s) = args.steps {
-                c.steps = s;
-            }
-            // The start is evaluated once, by the start run.
-            c.eval.at_start = false;
-        }
+    super::train::Flags {
+        steps: args.steps,
+        anchor_fraction: args.anchor_fraction,
+        policy: args.policy.as_ref(),
+        world_model: args.world_model.as_ref(),
     }
-    if let Some(f) = args.anchor_fraction {
-        c.wmrl.anchors.fraction = f;
-    }
-    if let Some(p) = &args.policy {
-        c.policy = p.clone();
-    }
-    if let Some(p) = &args.world_model {
-        c.world_model.path = p.clone();
+    .apply(&mut c);
+    if arm.is_none() {
+        c.steps = 0;
+    } else {
+        // The start is evaluated once, by the start run.
+        c.eval.at_start = false;
     }
     c.validate()?;
     Ok(c)
 }
 
-/// One `wmrl train` child for a (arm, seed) run or the start.
-fn spawn(args: &Args, arm: Option<&BenchArm>, seed: u64) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("locating the wmrl binary")?;
-    let (dir, name) = match arm {
+/// The run directory and log name of a bench run.
+fn place(args: &Args, arm: Option<&BenchArm>, seed: u64) -> (PathBuf, String) {
+    match arm {
         Some(a) => (
             run_dir(&args.out, &a.name, seed),
             format!("{}-seed{seed}", a.name),
         ),
         None => (start_dir(&args.out), "start".to_string()),
-    };
+    }
+}
+
+/// One bench run to do: fresh (with the config the parent writes) or a
+/// resumption of an interrupted one (its directory holds its config).
+struct Job<'a> {
+    arm: Option<&'a BenchArm>,
+    seed: u64,
+    fresh: Option<wmrl_train::TrainConfig>,
+}
+
+/// Resolve a run's job, refusing to resume a run whose config.toml no
+/// longer matches what this bench's file and flags resolve to.
+fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<Job<'a>> {
+    let cfg = resolved(args, arm, seed)?;
+    let (dir, _) = place(args, arm, seed);
+    if !dir.join("checkpoint").join("state.json").exists() {
+        return Ok(Job {
+            arm,
+            seed,
+            fresh: Some(cfg),
+        });
+    }
+    let path = dir.join("config.toml");
+    let have = wmrl_train::TrainConfig::load(&path)?;
+    if let Some(d) = have.first_difference(&cfg) {
+        anyhow::bail!(
+            "{} was started with other settings than this bench now gives it ({} against now: {d}); rerun with the bench's original file and flags, or another --out",
+            dir.display(),
+            path.display()
+        );
+    }
+    Ok(Job {
+        arm,
+        seed,
+        fresh: None,
+    })
+}
+
+/// Start one `wmrl train` child for `job`.
+fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("locating the wmrl binary")?;
+    let (dir, name) = place(args, job.arm, job.seed);
     let mut cmd = Command::new(exe);
     cmd.arg("train").arg("--quiet");
-    if dir.join("checkpoint").join("state.json").exists() {
-        cmd.arg("--resume").arg(&dir);
-    } else {
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).with_context(|| format!("clearing {}", dir.display()))?;
+    match &job.fresh {
+        None => {
+            cmd.arg("--resume").arg(&dir);
         }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let config = dir.join("config.toml");
-        std::fs::write(&config, resolved(args, arm, seed)?.to_toml())
-            .with_context(|| format!("writing {}", config.display()))?;
-        cmd.arg("--config").arg(&config).arg("--out").arg(&dir);
+        Some(cfg) => {
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("clearing {}", dir.display()))?;
+            }
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let config = dir.join("config.toml");
+            let text = cfg.to_toml()?;
+            std::fs::write(&config, text)
+                .with_context(|| format!("writing {}", config.display()))?;
+            cmd.arg("--config").arg(&config).arg("--out").arg(&dir);
+        }
     }
     std::fs::create_dir_all(&args.out)?;
     let log = std::fs::File::create(args.out.join(format!("{name}.log")))?;
@@ -142,14 +183,11 @@ pub fn bench_arms(arms: &str, variants: &[String]) -> anyhow::Result<Vec<BenchAr
 pub fn run(args: Args) -> anyhow::Result<()> {
     let arms = bench_arms(&args.arms, &args.variants)?;
     let seeds: Vec<u64> = (0..args.seeds).collect();
-    // Fail on a bad config (each arm's, with every override) before any
-    // work starts; `bench_arms` guarantees at least one arm.
-    for a in &arms {
-        resolved(&args, Some(a), 0).with_context(|| format!("bench arm `{}`", a.name))?;
-    }
-    let mut todo: Vec<(Option<&BenchArm>, u64)> = Vec::new();
+    // Every run's config is resolved (and a resumed run's checked against
+    // it) before any work starts: a bad override fails here, once.
+    let mut todo: Vec<Job> = Vec::new();
     if !start_dir(&args.out).join("summary.json").exists() {
-        todo.push((None, 0));
+        todo.push(job(&args, None, 0).context("the start run")?);
     }
     // Seed-major: an interrupted bench has every arm of its first seeds
     // finished (paired comparisons), not every seed of its first arms.
@@ -159,7 +197,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .join("summary.json")
                 .exists()
             {
-                todo.push((Some(arm), s));
+                todo.push(
+                    job(&args, Some(arm), s)
+                        .with_context(|| format!("bench arm `{}` seed {s}", arm.name))?,
+                );
             }
         }
     }
@@ -169,9 +210,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut queue = todo.into_iter();
     loop {
         while running.len() < args.jobs.max(1) {
-            match queue.next() {
-                Some((arm, s)) => running.push((arm, s, spawn(&args, arm, s)?)),
-                None => break,
+            let Some(j) = queue.next() else { break };
+            // A run that cannot start is a failed run; the others go on
+            // (and are waited for).
+            match spawn(&args, &j) {
+                Ok(child) => running.push((j.arm, j.seed, child)),
+                Err(e) => {
+                    let (_, name) = place(&args, j.arm, j.seed);
+                    failed.push(format!("{name} (could not start: {e:#})"));
+                    bar.inc(1);
+                }
             }
         }
         if running.is_empty() {
@@ -253,8 +301,33 @@ mod tests {
         // What the parent writes is what the child reads.
         let dir = tempfile::tempdir().expect("tmp");
         let p = dir.path().join("config.toml");
-        std::fs::write(&p, c.to_toml()).expect("write");
+        std::fs::write(&p, c.to_toml().expect("toml")).expect("write");
         assert_eq!(wmrl_train::TrainConfig::load(&p).expect("read back"), c);
+    }
+
+    #[test]
+    fn a_resumed_run_must_match_what_the_bench_now_resolves() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let out = tmp.path().to_str().expect("utf-8").to_string();
+        let a = args(&["--out", &out]).expect("parse");
+        let arms = bench_arms("sparse", &[]).expect("arms");
+        let (dir, _) = place(&a, Some(&arms[0]), 1);
+        std::fs::create_dir_all(dir.join("checkpoint")).expect("dirs");
+        std::fs::write(dir.join("checkpoint/state.json"), "{}").expect("state");
+        let cfg = resolved(&a, Some(&arms[0]), 1).expect("resolve");
+        std::fs::write(dir.join("config.toml"), cfg.to_toml().expect("toml")).expect("config");
+        let j = job(&a, Some(&arms[0]), 1).expect("same settings resume");
+        assert!(
+            j.fresh.is_none(),
+            "an interrupted run is resumed, not restarted"
+        );
+        let b = args(&["--out", &out, "--set", "rollout.n_groups=4"]).expect("parse");
+        let Err(err) = job(&b, Some(&arms[0]), 1) else {
+            panic!("other settings than the run's are refused");
+        };
+        assert!(format!("{err:#}").contains("rollout.n_groups"), "{err:#}");
+        // A fresh run carries the config the parent will write.
+        assert!(job(&a, Some(&arms[0]), 2).expect("fresh").fresh.is_some());
     }
 
     #[test]

@@ -43,6 +43,41 @@ pub struct Args {
     pub quiet: bool,
 }
 
+/// The override flags `wmrl train` and `wmrl bench` share, applied over a
+/// loaded config (after its `--set`s, before validation).
+pub struct Flags<'a> {
+    pub steps: Option<usize>,
+    pub anchor_fraction: Option<wmrl_core::AnchorFraction>,
+    pub policy: Option<&'a PathBuf>,
+    pub world_model: Option<&'a PathBuf>,
+}
+
+impl<'a> Flags<'a> {
+    fn of(args: &'a Args) -> Self {
+        Self {
+            steps: args.steps,
+            anchor_fraction: args.anchor_fraction,
+            policy: args.policy.as_ref(),
+            world_model: args.world_model.as_ref(),
+        }
+    }
+
+    pub fn apply(&self, cfg: &mut TrainConfig) {
+        if let Some(s) = self.steps {
+            cfg.steps = s;
+        }
+        if let Some(f) = self.anchor_fraction {
+            cfg.wmrl.anchors.fraction = f;
+        }
+        if let Some(p) = self.policy {
+            cfg.policy = p.clone();
+        }
+        if let Some(p) = self.world_model {
+            cfg.world_model.path = p.clone();
+        }
+    }
+}
+
 /// Build the config a fresh run would use, with the CLI's overrides applied.
 pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
     let path = args.config.as_ref().context("--config is required")?;
@@ -57,18 +92,7 @@ pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
     if let Some(s) = args.seed {
         cfg.seed = s;
     }
-    if let Some(s) = args.steps {
-        cfg.steps = s;
-    }
-    if let Some(f) = args.anchor_fraction {
-        cfg.wmrl.anchors.fraction = f;
-    }
-    if let Some(p) = &args.policy {
-        cfg.policy = p.clone();
-    }
-    if let Some(p) = &args.world_model {
-        cfg.world_model.path = p.clone();
-    }
+    Flags::of(args).apply(&mut cfg);
     cfg.validate()?;
     Ok(cfg)
 }

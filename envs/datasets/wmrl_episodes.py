@@ -255,7 +255,13 @@ class EpisodeSink:
         self.start = start_index
         self.count = 0
 
-    def add(self, ep: Episode) -> None:
+    def add(self, ep: Episode, what: str = "") -> None:
+        # A bad value is the input's fault: name where it came from.
+        try:
+            ep.validate()
+        except DatasetError as e:
+            origin = what or f"{ep.source} (task {ep.task}, init state {ep.init_state})"
+            raise DatasetError(f"{origin}: {e}") from None
         write_episode(self.stage, self.start + self.count, ep)
         self.count += 1
 

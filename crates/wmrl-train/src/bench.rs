@@ -557,7 +557,7 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
     let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
     let _ = writeln!(
         md,
-        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger (simulation includes rendering both cameras; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes), and seconds per evaluation episode.\n\n| arm | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|\n{phases}"
+        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger (simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes), and seconds per evaluation episode.\n\n| arm | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|\n{phases}"
     );
     let _ = writeln!(
         md,

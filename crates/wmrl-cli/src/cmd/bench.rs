@@ -134,7 +134,7 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
 
 /// Start one `wmrl train` child for `job`.
 fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
-    let exe = std::env::current_exe().context("locating the wmrl binary")?;
+    let exe = super::self_exe()?;
     let (dir, name) = place(args, job.arm, job.seed);
     let mut cmd = Command::new(exe);
     cmd.arg("train").arg("--quiet");

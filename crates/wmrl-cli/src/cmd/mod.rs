@@ -12,3 +12,50 @@ pub mod serve_sim;
 pub mod sft;
 pub mod train;
 pub mod wm;
+
+/// The running `wmrl` binary, for the child processes of `bench` and
+/// `quickstart`. On Linux `/proc/self/exe`, which executes this very binary
+/// even after a rebuild replaced the file on disk (a long bench keeps its
+/// version, instead of failing with "No such file or directory" on the
+/// next run it starts); elsewhere `current_exe()`.
+pub fn self_exe() -> anyhow::Result<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    {
+        Ok(std::path::PathBuf::from("/proc/self/exe"))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use anyhow::Context;
+        std::env::current_exe().context("locating the wmrl binary")
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    #[test]
+    fn a_process_whose_binary_was_replaced_still_starts_itself() {
+        // What a bench relies on: a copy of a shell deletes its own file
+        // (as a rebuild replaces target/release/wmrl) and then starts a
+        // child through `/proc/self/exe`, the path `self_exe` gives.
+        let exe = super::self_exe().expect("exe");
+        let tmp = tempfile::tempdir().expect("tmp");
+        let sh = tmp.path().join("sh-copy");
+        std::fs::copy("/bin/sh", &sh).expect("copy /bin/sh");
+        let script = format!(
+            "rm -f '{}' && {} -c 'echo alive'",
+            sh.display(),
+            exe.display()
+        );
+        let out = std::process::Command::new(&sh)
+            .arg("-c")
+            .arg(script)
+            .output()
+            .expect("run the copy");
+        assert!(!sh.exists(), "the copy deleted its own file");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "alive",
+            "{out:?}"
+        );
+    }
+}

@@ -85,7 +85,7 @@ fn stage<S: AsRef<str>>(name: &str, done: bool, args: &[S]) -> anyhow::Result<f6
     let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
     println!("== {name}: wmrl {}", args.join(" "));
     let t = Instant::now();
-    let exe = std::env::current_exe().context("locating the wmrl binary")?;
+    let exe = super::self_exe()?;
     let status = Command::new(exe)
         .args(&args)
         .status()

@@ -49,6 +49,22 @@ MAX_STEPS = {"libero_10": 520, "libero_90": 400, "libero_spatial": 220,
              "libero_object": 280, "libero_goal": 300}
 
 
+def _uint(v, bits):
+    """An unsigned integer of the protocol's width (msgpack ints; not bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2 ** bits
+
+
+def _field(m, key, bits, what):
+    """A required unsigned field; missing or mistyped is bad_message, as the
+    Rust server's decoder has it (docs/protocol.md: integer widths)."""
+    if key not in m:
+        raise WireError("bad_message", f"{what}: missing field {key!r}")
+    v = m[key]
+    if not _uint(v, bits):
+        raise WireError("bad_message", f"{what}: {key} must be an unsigned {bits}-bit integer, got {v!r}")
+    return v
+
+
 class WireError(Exception):
     """A typed error reply: kind is one of docs/protocol.md's error kinds."""
 
@@ -130,26 +146,28 @@ class LiberoSlots:
     def check_slots(self, slots):
         seen = set()
         for s in slots:
-            if not isinstance(s, int) or s < 0 or s >= self.n_envs:
+            if s >= self.n_envs:
                 raise WireError("bad_slot", f"slot {s!r} out of range: {self.n_envs} slots")
             if s in seen:
                 raise WireError("bad_slot", f"slot {s} named twice")
             seen.add(s)
 
     def check_reset(self, r):
-        task, init = r.get("task"), r.get("init_state")
-        if not isinstance(task, int) or not 0 <= task < self.suite.n_tasks:
+        task, init = r["task"], r["init_state"]
+        if not task < self.suite.n_tasks:
             raise WireError("unknown_task",
                             f"unknown task index {task!r}: {self.suite.n_tasks} tasks")
         n = len(self.init_states[task])
-        if not isinstance(init, int) or not 0 <= init < n:
+        if not init < n:
             raise WireError("unknown_init_state",
                             f"unknown initial state {init!r} for task {task}: it has {n}")
-        if not isinstance(r.get("seed", 0), int):
-            raise WireError("bad_message", "seed must be an integer")
 
     def reset(self, resets):
-        self.check_slots([r.get("slot") for r in resets])
+        # Types first (a malformed message), then ranges, as the Rust server.
+        for r in resets:
+            for key, bits in (("slot", 32), ("task", 32), ("init_state", 32), ("seed", 64)):
+                _field(r, key, bits, "reset")
+        self.check_slots([r["slot"] for r in resets])
         for r in resets:
             self.check_reset(r)
         results, frames = [], []
@@ -163,7 +181,7 @@ class LiberoSlots:
                 slot[1] = self._make_env(task)
                 slot[0] = task
             env = slot[1]
-            env.seed(int(r.get("seed", 0)) % (2**31))
+            env.seed(int(r["seed"]) % (2**31))
             env.reset()
             obs = env.set_init_state(self.init_states[task][r["init_state"]])
             slot[2], slot[3] = 0, True
@@ -175,7 +193,13 @@ class LiberoSlots:
         return results, frames
 
     def step(self, actions):
-        self.check_slots([a.get("slot") for a in actions])
+        for a in actions:
+            _field(a, "slot", 32, "step")
+            act = a.get("action")
+            if not isinstance(act, (list, tuple)) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) for v in act):
+                raise WireError("bad_message", "step: action must be a list of numbers")
+        self.check_slots([a["slot"] for a in actions])
         clean = []
         for a in actions:
             slot = self.slots[a["slot"]]
@@ -185,7 +209,7 @@ class LiberoSlots:
             if not isinstance(act, (list, tuple)) or len(act) != ACTION_DIM:
                 n = len(act) if isinstance(act, (list, tuple)) else "no"
                 raise WireError("bad_action", f"expected {ACTION_DIM} dimensions, got {n}")
-            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in act):
+            if not all(math.isfinite(v) for v in act):
                 raise WireError("bad_action", "actions must be finite numbers")
             clean.append((a["slot"], np.clip(np.asarray(act, dtype=np.float64), -1.0, 1.0)))
         results, frames = [], []
@@ -228,11 +252,12 @@ def handle(slots, server_id, body):
             raise WireError("bad_message", f"undecodable header: {e}") from None
         if not isinstance(head, dict):
             raise WireError("bad_message", "the header must be a map")
-        rid = head.get("id", 0)
-        req_id = rid if isinstance(rid, int) and 0 <= rid < 2**64 else 0
+        rid = head.get("id")
+        req_id = rid if _uint(rid, 64) else 0
         if head.get("v") != PROTOCOL_VERSION:
             raise WireError("version", f"protocol version {head.get('v')!r} not supported: "
                             f"this server speaks {PROTOCOL_VERSION}")
+        _field(head, "id", 64, "header")
         if len(body) != 1:
             raise WireError("bad_message", f"a request has exactly one part, got {len(body)}")
         op = head.get("op")

@@ -74,6 +74,11 @@ fn check_bad_input(endpoint: &str, after_reset: bool) {
         actions: vec![],
     };
     assert_eq!(ask(vec![b"\xc1garbage".to_vec()]), ErrorKind::BadMessage);
+    // The same hand-made malformed requests as the Rust server's test, the
+    // same kinds (missing or mistyped fields, out-of-range values).
+    for (name, bytes, want) in common::malformed_requests() {
+        assert_eq!(ask(vec![bytes]), want, "{name}");
+    }
     let mut reset = head(Op::Reset);
     reset.resets.push(WireReset {
         slot: 0,

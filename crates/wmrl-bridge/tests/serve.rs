@@ -59,6 +59,19 @@ fn kind(r: &ReplyHeader) -> ErrorKind {
 }
 
 #[test]
+fn malformed_requests_get_the_documented_error_kinds() {
+    let (endpoint, stop) = spawn_in_thread(2);
+    let ctx = zmq::Context::new();
+    let s = req_socket(&ctx, &endpoint);
+    for (name, bytes, want) in common::malformed_requests() {
+        let (r, _) = ask(&s, vec![bytes]);
+        assert!(!r.ok, "{name}: accepted");
+        assert_eq!(kind(&r), want, "{name}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
 fn bad_input_gets_typed_errors_and_the_server_keeps_serving() {
     let (endpoint, stop) = spawn_in_thread(2);
     let ctx = zmq::Context::new();

@@ -391,6 +391,12 @@ fn torch_python() -> Option<std::path::PathBuf> {
 #[test]
 fn matches_a_pytorch_reference_forward() {
     let Some(python) = torch_python() else {
+        // ./scripts/test builds that venv and sets WMRL_REQUIRE_TORCH: there
+        // the comparison must run, not skip.
+        assert!(
+            std::env::var_os("WMRL_REQUIRE_TORCH").is_none(),
+            "WMRL_REQUIRE_TORCH is set but no Python with torch was found (envs/datasets/.venv or WMRL_TORCH_PYTHON)"
+        );
         eprintln!("skipped: no Python with torch (set WMRL_TORCH_PYTHON)");
         return;
     };

@@ -144,6 +144,12 @@ class Schema:
         if dims != (self.proprio_dim, self.action_dim):
             raise DatasetError(f"{what}: proprio/action dims {dims}, the first episode has "
                                f"{(self.proprio_dim, self.action_dim)}")
+        has = any(p is not None for p in ep.progress)
+        if has != self.progress:
+            # The feature set is fixed by the first episode: refuse rather
+            # than drop (or invent) another episode's progress.
+            raise DatasetError(f"{what}: {'has' if has else 'lacks'} oracle progress, the first "
+                               f"episode {'lacks' if has else 'has'} it; export such sets separately")
 
     def features(self) -> dict:
         f = {}

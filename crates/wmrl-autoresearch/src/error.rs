@@ -28,7 +28,7 @@ pub enum Error {
     /// Exporting the predictor to ONNX, or loading or running it through
     /// ONNX Runtime (the message names the file).
     #[error("onnx predictor: {0}")]
-    Onnx(#[from] wmrl_worldmodel::WmError),
+    Onnx(#[from] wmrl_onnx::OnnxError),
     #[error("core: {0}")]
     Core(#[from] wmrl_core::CoreError),
     #[error("invalid config: {0}")]

@@ -1,6 +1,6 @@
 //! The outcome predictor as users run it: the trained candle
 //! [`Predictor`] exported to an ONNX file (opset 17, one `Gemm` per layer,
-//! built by `wmrl_worldmodel::mlp`) and scored through ONNX Runtime (`ort`),
+//! built by `wmrl_onnx::mlp`) and scored through ONNX Runtime (`ort`),
 //! exactly as the robot track's world model is. The candle model is for
 //! training only; every score the `wm` and `wmrl` arms, the benchmark and
 //! `fit-predictor` use comes from an [`OnnxPredictor`].
@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use rand::Rng;
-use wmrl_worldmodel::{Activation, DenseLayer, MlpGraph, MlpSession, export_mlp_onnx};
+use wmrl_onnx::{Activation, DenseLayer, MlpGraph, MlpSession, export_mlp_onnx};
 
 use crate::competition::N_META;
 use crate::error::{Error, Result};
@@ -106,7 +106,7 @@ impl OnnxPredictor {
         let session = MlpSession::load(path, Some(INTRA_THREADS), &[META_KIND])?;
         let width = kind.width();
         if session.in_dim() != width || session.out_dim() != 1 {
-            return Err(Error::Onnx(wmrl_worldmodel::WmError::Contract {
+            return Err(Error::Onnx(wmrl_onnx::OnnxError::Contract {
                 path: path.display().to_string(),
                 message: format!(
                     "maps {} inputs to {} outputs; a {} maps {width} to 1",
@@ -120,7 +120,7 @@ impl OnnxPredictor {
             .metadata(META_KIND)
             .filter(|k| *k != kind_name(kind))
         {
-            return Err(Error::Onnx(wmrl_worldmodel::WmError::Contract {
+            return Err(Error::Onnx(wmrl_onnx::OnnxError::Contract {
                 path: path.display().to_string(),
                 message: format!("is a `{k}`, not a `{}`", kind_name(kind)),
             }));
@@ -189,7 +189,7 @@ mod tests {
     use crate::solution::Solution;
 
     fn runtime() -> bool {
-        let ok = wmrl_worldmodel::runtime_available();
+        let ok = wmrl_onnx::runtime_available();
         if !ok {
             eprintln!("skipped: no ONNX Runtime library (scripts/setup installs it)");
         }

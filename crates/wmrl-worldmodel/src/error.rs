@@ -44,6 +44,21 @@ pub enum WmError {
     Plot(String),
 }
 
+impl From<wmrl_onnx::OnnxError> for WmError {
+    fn from(e: wmrl_onnx::OnnxError) -> Self {
+        use wmrl_onnx::OnnxError as O;
+        match e {
+            O::RuntimeMissing { reason } => Self::RuntimeMissing { reason },
+            O::ModelFile { path, message } => Self::ModelFile { path, message },
+            O::ModelLoad { path, message } => Self::ModelLoad { path, message },
+            O::Contract { path, message } => Self::Contract { path, message },
+            O::Inference(m) => Self::Inference(m),
+            O::Config(m) => Self::Config(m),
+            O::Io { path, message } => Self::Io { path, message },
+        }
+    }
+}
+
 /// Result alias of the crate.
 pub type Result<T> = std::result::Result<T, WmError>;
 

@@ -16,11 +16,11 @@ use prost::Message;
 use crate::contract::{self, INPUT_FRAMES, INPUT_INSTRUCTION, OUTPUT_PROGRESS, OUTPUT_SUCCESS};
 use crate::net::{CONV_K, CONV_PAD, CONV_STRIDE, NetConfig};
 use crate::onnx_proto::*;
-use crate::{Result, WmError, error::io_err};
+use crate::{Result, WmError};
+use wmrl_onnx::{model_proto, write_atomic};
 
 /// The opset the exporter targets.
-pub const OPSET: i64 = 17;
-const IR_VERSION: i64 = 8;
+pub use wmrl_onnx::OPSET;
 
 struct Graph {
     nodes: Vec<NodeProto>,
@@ -251,43 +251,8 @@ pub fn export_onnx(
     path: &Path,
     extra_metadata: &[(String, String)],
 ) -> Result<()> {
-    write_atomic(path, &onnx_bytes(config, varmap, extra_metadata)?)
-}
-
-/// The model wrapper every wmrl export shares: IR version, opset, producer,
-/// and the metadata entries.
-pub(crate) fn model_proto(
-    graph: GraphProto,
-    doc_string: String,
-    metadata: Vec<(String, String)>,
-) -> ModelProto {
-    ModelProto {
-        ir_version: IR_VERSION,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: OPSET,
-        }],
-        producer_name: "wmrl".into(),
-        producer_version: env!("CARGO_PKG_VERSION").into(),
-        domain: "wmrl".into(),
-        model_version: 1,
-        doc_string,
-        graph: Some(graph),
-        metadata_props: metadata
-            .into_iter()
-            .map(|(key, value)| StringStringEntryProto { key, value })
-            .collect(),
-    }
-}
-
-/// Write ONNX bytes atomically: parent directories, a temporary name, then
-/// rename, so a reader never sees a half-written model.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    }
-    let tmp = path.with_extension("onnx.partial");
-    std::fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    Ok(())
+    Ok(write_atomic(
+        path,
+        &onnx_bytes(config, varmap, extra_metadata)?,
+    )?)
 }

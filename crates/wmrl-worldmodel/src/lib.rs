@@ -22,13 +22,13 @@ mod error;
 pub mod export;
 mod inference;
 pub mod metrics;
-pub mod mlp;
 pub mod net;
-pub mod onnx_proto;
 pub mod parity;
 pub mod quality;
-pub mod runtime;
 pub mod synthetic;
+// The shared ONNX pieces live in wmrl-onnx (the AutoResearch track uses
+// them without this crate); re-exported under their old paths.
+pub use wmrl_onnx::{mlp, onnx_proto, runtime};
 pub mod train;
 
 pub use collapse::{DEFAULT_POTENTIAL_K, ScoreMode, uniform_indices};
@@ -36,9 +36,9 @@ pub use contract::ModelShape;
 pub use error::{Result, WmError};
 pub use export::export_onnx;
 pub use inference::{ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig};
-pub use mlp::{Activation, DenseLayer, MlpGraph, MlpSession, export_mlp_onnx};
 pub use net::{NetConfig, ProgressNet};
-pub use runtime::runtime_available;
+pub use wmrl_onnx::runtime_available;
+pub use wmrl_onnx::{Activation, DenseLayer, MlpGraph, MlpSession, OnnxError, export_mlp_onnx};
 
 /// A Python helper shipped with this crate (`python/<name>`), e.g.
 /// `parity.py` or `bench.py`.

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use crate::{Result, WmError};
+use crate::{OnnxError, Result};
 
 /// The ONNX Runtime version `scripts/setup` installs.
 pub const ORT_VERSION: &str = "1.31.1";
@@ -92,7 +92,7 @@ pub fn environment() -> Result<&'static ort::environment::Environment> {
             .build()
             .map_err(|e| format!("creating the environment from {}: {e}", path.display()))
     });
-    env.as_ref().map_err(|reason| WmError::RuntimeMissing {
+    env.as_ref().map_err(|reason| OnnxError::RuntimeMissing {
         reason: reason.clone(),
     })
 }

@@ -1,15 +1,13 @@
 //! Small dense networks (multi-layer perceptrons) as ONNX files, and running
-//! them through ONNX Runtime: the generic counterpart of [`export`] and
-//! [`WorldModel`] for models that are a chain of `x @ W + b` layers with
-//! element-wise activations (e.g. the AutoResearch outcome predictor).
+//! them through ONNX Runtime: the generic counterpart of the robot world
+//! model's export and inference (`wmrl-worldmodel`) for models that are a
+//! chain of `x @ W + b` layers with element-wise activations (e.g. the
+//! AutoResearch outcome predictor).
 //!
 //! The graph is one `Gemm` (`transB = 0`, so `W` is stored `[in, out]`, the
 //! layout of `x.matmul(w)` in candle) per layer followed by its activation,
-//! opset [`OPSET`](crate::export::OPSET), input `[batch, in]` float32, output
+//! opset [`OPSET`](crate::OPSET), input `[batch, in]` float32, output
 //! `[batch, out]` float32. This module never trains.
-//!
-//! [`export`]: crate::export
-//! [`WorldModel`]: crate::WorldModel
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -19,7 +17,7 @@ use ort::value::{TensorElementType, TensorRef, ValueType};
 use prost::Message;
 
 use crate::onnx_proto::*;
-use crate::{Result, WmError, runtime};
+use crate::{OnnxError as WmError, Result, runtime};
 
 /// The element-wise function after a layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +148,7 @@ pub fn mlp_onnx_bytes(g: &MlpGraph) -> Result<Vec<u8>> {
         )],
         value_info: vec![],
     };
-    let model = crate::export::model_proto(
+    let model = crate::model_proto(
         graph,
         format!("{} exported by wmrl", g.name),
         g.metadata.clone(),
@@ -170,7 +168,7 @@ fn node(op: &str, inputs: &[&str], output: &str, layer: usize) -> NodeProto {
 
 /// Write `g` as an ONNX file atomically (temporary name, then rename).
 pub fn export_mlp_onnx(g: &MlpGraph, path: &Path) -> Result<()> {
-    crate::export::write_atomic(path, &mlp_onnx_bytes(g)?)
+    crate::write_atomic(path, &mlp_onnx_bytes(g)?)
 }
 
 /// A loaded one-input, one-output float32 network `[batch, in] -> [batch,

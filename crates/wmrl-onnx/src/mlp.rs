@@ -17,7 +17,7 @@ use ort::value::{TensorElementType, TensorRef, ValueType};
 use prost::Message;
 
 use crate::onnx_proto::*;
-use crate::{OnnxError as WmError, Result, runtime};
+use crate::{OnnxError, Result, runtime};
 
 /// The element-wise function after a layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub struct MlpGraph {
 
 impl MlpGraph {
     fn validate(&self) -> Result<()> {
-        let bad = |m: String| Err(WmError::Config(format!("mlp `{}`: {m}", self.name)));
+        let bad = |m: String| Err(OnnxError::Config(format!("mlp `{}`: {m}", self.name)));
         if self.layers.is_empty() {
             return bad("no layers".into());
         }
@@ -198,9 +198,9 @@ fn fixed_2d(ty: &ValueType) -> Option<usize> {
 impl MlpSession {
     /// Load `path` and build its session once. `metadata_keys` are read from
     /// the file's metadata (missing keys are left out). Errors name the
-    /// path: [`WmError::ModelFile`] when it cannot be read or is empty,
-    /// [`WmError::ModelLoad`] when ONNX Runtime rejects it (truncated, not
-    /// ONNX), [`WmError::Contract`] when it is not `[batch, in] -> [batch,
+    /// path: [`OnnxError::ModelFile`] when it cannot be read or is empty,
+    /// [`OnnxError::ModelLoad`] when ONNX Runtime rejects it (truncated, not
+    /// ONNX), [`OnnxError::Contract`] when it is not `[batch, in] -> [batch,
     /// out]` float32.
     pub fn load(
         path: impl AsRef<Path>,
@@ -209,18 +209,18 @@ impl MlpSession {
     ) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let shown = path.display().to_string();
-        let bytes = std::fs::read(&path).map_err(|e| WmError::ModelFile {
+        let bytes = std::fs::read(&path).map_err(|e| OnnxError::ModelFile {
             path: shown.clone(),
             message: e.to_string(),
         })?;
         if bytes.is_empty() {
-            return Err(WmError::ModelFile {
+            return Err(OnnxError::ModelFile {
                 path: shown,
                 message: "is empty".into(),
             });
         }
         let env = runtime::environment()?;
-        let load_err = |e: &dyn std::fmt::Display| WmError::ModelLoad {
+        let load_err = |e: &dyn std::fmt::Display| OnnxError::ModelLoad {
             path: shown.clone(),
             message: e.to_string(),
         };
@@ -231,7 +231,7 @@ impl MlpSession {
         let session = builder
             .commit_from_memory(&bytes)
             .map_err(|e| load_err(&e))?;
-        let contract = |message: String| WmError::Contract {
+        let contract = |message: String| OnnxError::Contract {
             path: shown.clone(),
             message,
         };
@@ -290,7 +290,7 @@ impl MlpSession {
     /// returns `rows * out_dim` values. Non-finite outputs are an error.
     pub fn run(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
         if x.len() != rows * self.in_dim {
-            return Err(WmError::Config(format!(
+            return Err(OnnxError::Config(format!(
                 "{}: {} values do not fit [{rows}, {}]",
                 self.path.display(),
                 x.len(),
@@ -300,28 +300,28 @@ impl MlpSession {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let inf = |e: ort::Error| WmError::Inference(e.to_string());
+        let inf = |e: ort::Error| OnnxError::Inference(e.to_string());
         let t = TensorRef::from_array_view(([rows, self.in_dim], x)).map_err(inf)?;
         let mut session = self
             .session
             .lock()
-            .map_err(|_| WmError::Inference("session lock poisoned".into()))?;
+            .map_err(|_| OnnxError::Inference("session lock poisoned".into()))?;
         let outputs = session
             .run(ort::inputs![self.input.as_str() => t])
             .map_err(inf)?;
         let v = outputs
             .get(&self.output)
-            .ok_or_else(|| WmError::Inference(format!("no output `{}`", self.output)))?;
+            .ok_or_else(|| OnnxError::Inference(format!("no output `{}`", self.output)))?;
         let (shape, data) = v.try_extract_tensor::<f32>().map_err(inf)?;
         if shape.len() != 2 || shape[0] as usize != rows || shape[1] as usize != self.out_dim {
-            return Err(WmError::Inference(format!(
+            return Err(OnnxError::Inference(format!(
                 "output has shape {:?}, expected [{rows}, {}]",
                 &shape[..],
                 self.out_dim
             )));
         }
         if let Some(bad) = data.iter().find(|v| !v.is_finite()) {
-            return Err(WmError::Inference(format!("output holds {bad}")));
+            return Err(OnnxError::Inference(format!("output holds {bad}")));
         }
         Ok(data.to_vec())
     }
@@ -428,11 +428,11 @@ mod tests {
         let bytes = mlp_onnx_bytes(&graph()).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
         let e = MlpSession::load(&path, None, &[]).unwrap_err();
-        assert!(matches!(e, WmError::ModelLoad { .. }), "{e}");
+        assert!(matches!(e, OnnxError::ModelLoad { .. }), "{e}");
         assert!(e.to_string().contains(&path.display().to_string()), "{e}");
         let missing = d.path().join("none.onnx");
         let e = MlpSession::load(&missing, None, &[]).unwrap_err();
-        assert!(matches!(e, WmError::ModelFile { .. }), "{e}");
+        assert!(matches!(e, OnnxError::ModelFile { .. }), "{e}");
         assert!(e.to_string().contains("none.onnx"));
     }
 }

@@ -18,6 +18,7 @@ use crate::contract::{
     OUTPUT_SUCCESS,
 };
 use crate::{Result, WmError, runtime};
+use wmrl_onnx::OnnxError;
 
 /// Where ONNX Runtime runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -113,9 +114,12 @@ impl WorldModel {
     pub fn load_with(path: impl AsRef<Path>, config: WorldModelConfig) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let shown = path.display().to_string();
-        let file_err = |message: String| WmError::ModelFile {
-            path: shown.clone(),
-            message,
+        let file_err = |message: String| -> WmError {
+            OnnxError::ModelFile {
+                path: shown.clone(),
+                message,
+            }
+            .into()
         };
         if config.batch_size == 0 {
             return Err(WmError::Config("batch_size must be at least 1".into()));
@@ -132,7 +136,7 @@ impl WorldModel {
             return Err(file_err("is empty".into()));
         }
         let env = runtime::environment()?;
-        let load_err = |e: &dyn std::fmt::Display| WmError::ModelLoad {
+        let load_err = |e: &dyn std::fmt::Display| OnnxError::ModelLoad {
             path: shown.clone(),
             message: e.to_string(),
         };
@@ -201,7 +205,7 @@ impl WorldModel {
                 tokens.len()
             )));
         }
-        let inf = |e: ort::Error| WmError::Inference(e.to_string());
+        let inf = |e: ort::Error| OnnxError::Inference(e.to_string());
         let fshape = [b, t, 3, h, w];
         // Views, not copies: ONNX Runtime reads the caller's buffers.
         let frames_t = TensorRef::from_array_view((fshape, frames)).map_err(inf)?;
@@ -213,16 +217,17 @@ impl WorldModel {
         let take = |name: &str| -> Result<Vec<f32>> {
             let v = outputs
                 .get(name)
-                .ok_or_else(|| WmError::Inference(format!("no output `{name}`")))?;
+                .ok_or_else(|| OnnxError::Inference(format!("no output `{name}`")))?;
             let (shape, data) = v.try_extract_tensor::<f32>().map_err(inf)?;
             if shape.len() != 2 || shape[0] as usize != b || shape[1] as usize != t {
-                return Err(WmError::Inference(format!(
+                return Err(OnnxError::Inference(format!(
                     "output `{name}` has shape {:?}, expected [{b}, {t}]",
                     &shape[..]
-                )));
+                ))
+                .into());
             }
             if let Some(bad) = data.iter().find(|v| !v.is_finite()) {
-                return Err(WmError::Inference(format!("output `{name}` holds {bad}")));
+                return Err(OnnxError::Inference(format!("output `{name}` holds {bad}")).into());
             }
             Ok(data.iter().map(|v| v.clamp(0.0, 1.0)).collect())
         };

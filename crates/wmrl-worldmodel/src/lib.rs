@@ -13,7 +13,7 @@
 //! - [`metrics`]: Spearman, AUROC and calibration curves for `wmrl wm report`.
 //!
 //! The ONNX Runtime library is loaded at run time ([`runtime`]); when it is
-//! missing every entry point returns [`WmError::RuntimeMissing`] naming
+//! missing every entry point returns [`OnnxError::RuntimeMissing`] naming
 //! `scripts/setup`, never a panic.
 
 pub mod collapse;

@@ -7,6 +7,7 @@ mod common;
 use candle_core::Device;
 use prost::Message;
 use wmrl_env::Frame;
+use wmrl_worldmodel::OnnxError;
 use wmrl_worldmodel::onnx_proto::*;
 use wmrl_worldmodel::{ProgressNet, RolloutFrames, ScoreMode, WmError, WorldModel, export_onnx};
 
@@ -21,7 +22,10 @@ fn exported(dir: &std::path::Path) -> std::path::PathBuf {
 #[test]
 fn missing_file_is_a_model_file_error() {
     let e = WorldModel::load("/nonexistent/model.onnx").unwrap_err();
-    assert!(matches!(e, WmError::ModelFile { .. }), "{e}");
+    assert!(
+        matches!(e, WmError::Onnx(OnnxError::ModelFile { .. })),
+        "{e}"
+    );
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 
@@ -42,12 +46,18 @@ fn empty_truncated_and_garbage_files_are_errors() {
     let trunc = dir.path().join("trunc.onnx");
     std::fs::write(&trunc, &bytes[..bytes.len() / 2]).unwrap();
     let e = WorldModel::load(&trunc).unwrap_err();
-    assert!(matches!(e, WmError::ModelLoad { .. }), "{e}");
+    assert!(
+        matches!(e, WmError::Onnx(OnnxError::ModelLoad { .. })),
+        "{e}"
+    );
 
     let junk = dir.path().join("junk.onnx");
     std::fs::write(&junk, b"this is not a protobuf at all \xff\xff\xff").unwrap();
     let e = WorldModel::load(&junk).unwrap_err();
-    assert!(matches!(e, WmError::ModelLoad { .. }), "{e}");
+    assert!(
+        matches!(e, WmError::Onnx(OnnxError::ModelLoad { .. })),
+        "{e}"
+    );
 }
 
 /// A valid ONNX model with another contract: `x` float [N, 4] -> Relu -> `y`.
@@ -169,9 +179,9 @@ fn bad_rollouts_are_errors() {
 
 #[test]
 fn runtime_missing_error_names_the_fix() {
-    let e = WmError::RuntimeMissing {
+    let e = WmError::from(OnnxError::RuntimeMissing {
         reason: "no libonnxruntime found".into(),
-    };
+    });
     assert!(e.to_string().contains("scripts/setup"));
     assert!(e.to_string().contains("ORT_DYLIB_PATH"));
 }

@@ -20,15 +20,10 @@ req=envs/mledojo/requirements.txt
 # drops to an unprivileged uid that must be able to execute it.
 base=python3
 [ -x /usr/bin/python3 ] && base=/usr/bin/python3
-stamp="$venv/.mledojo-requirements.sha256"
+source scripts/lib/venv.sh
+stamp=.mledojo-requirements.sha256
 want="$(sha256sum "$req" | cut -d' ' -f1) $base"
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
-rm -rf "$venv"
-"$base" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-"$venv/bin/python" -c "import numpy, pandas, sklearn, zmq, msgpack"
-echo "$want" > "$stamp"
+venv_current "$venv" "$stamp" "$want" && exit 0
+venv_build "$venv" "$base" "$req" "$stamp" "$want" "numpy, pandas, sklearn, zmq, msgpack"
 ver=$("$venv/bin/python" -c 'import sklearn; print(sklearn.__version__)')
 echo "python ml venv: $venv (scikit-learn $ver)"

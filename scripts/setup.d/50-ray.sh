@@ -6,13 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=envs/ray/.venv
 req=envs/ray/requirements.txt
-stamp="$venv/.requirements.sha256"
+source scripts/lib/venv.sh
+stamp=.requirements.sha256
 want=$(sha256sum "$req" | cut -d' ' -f1)
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
-rm -rf "$venv"
-python3 -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-echo "$want" > "$stamp"
+venv_current "$venv" "$stamp" "$want" && exit 0
+venv_build "$venv" python3 "$req" "$stamp" "$want"
 echo "ray venv: $venv ($("$venv/bin/python" -c 'import ray; print(ray.__version__)'))"

@@ -23,14 +23,10 @@ if [ -z "$base" ]; then
   echo "error: envs/datasets needs Python >= 3.12 with venv and ensurepip (lerobot-dataset requires it); none found among python3.13, python3.12 and ${PYENV_ROOT:-$HOME/.pyenv}/versions/3.1[23]*. Install one (e.g. pyenv install 3.12) and run scripts/setup again; ./scripts/quickstart does not need it." >&2
   exit 1
 fi
-stamp="$venv/.requirements.sha256"
+source scripts/lib/venv.sh
+stamp=.requirements.sha256
 want="$(sha256sum "$req" | cut -d' ' -f1) $base"
-if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-  exit 0
-fi
-rm -rf "$venv"
-"$base" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req"
-"$venv/bin/python" -c "import h5py, pyarrow, msgpack, numpy, PIL, av, ledataset.datasets.lerobot_dataset"
-echo "$want" > "$stamp"
+venv_current "$venv" "$stamp" "$want" && exit 0
+venv_build "$venv" "$base" "$req" "$stamp" "$want" \
+  "h5py, pyarrow, msgpack, numpy, PIL, av, ledataset.datasets.lerobot_dataset"
 echo "datasets venv: $venv ($("$base" --version), lerobot-dataset $("$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("lerobot-dataset"))'))"

@@ -329,17 +329,10 @@ pub fn evaluate_with_progress(
                 .map(|&(s, k)| (s, samples[k].actions[j].to_vec()))
                 .collect();
             // Frames only where something looks at them: the policy's next
-            // call (the chunk's last step), a step cap, GIFs and recorded
-            // episodes (the environment renders at its own episode ends).
-            let observe = j + 1 == exec
-                || cfg.gif_dir.is_some()
-                || cfg.episode_dir.is_some()
-                || (cfg.max_steps > 0
-                    && live.iter().any(|&(s, _)| {
-                        slots[s]
-                            .as_ref()
-                            .is_some_and(|r| r.steps + 1 >= cfg.max_steps)
-                    }));
+            // call (the chunk's last step), GIFs and recorded episodes. An
+            // episode ended by the step cap needs none: its result is the
+            // success flag and the oracle progress, which come either way.
+            let observe = j + 1 == exec || cfg.gif_dir.is_some() || cfg.episode_dir.is_some();
             let out = env.step_observing(&acts, observe)?;
             env_steps += out.len();
             // A slot whose worker died restarted its episode from the same

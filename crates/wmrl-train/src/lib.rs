@@ -8,6 +8,7 @@
 pub mod bench;
 pub mod config;
 pub mod credit;
+pub mod device;
 mod error;
 pub mod metrics;
 pub mod plot;
@@ -18,5 +19,6 @@ pub mod trainer;
 pub use config::{
     CreditConfig, CreditSource, EnvConfig, LiberoEnvConfig, LossNorm, TrainConfig, make_env,
 };
+pub use device::{DeviceChoice, Placement};
 pub use error::{Result, TrainError};
 pub use trainer::{RunSummary, Trainer};

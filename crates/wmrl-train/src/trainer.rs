@@ -89,7 +89,12 @@ fn load_policy(path: &Path) -> Result<Policy> {
             hint: "train one with `wmrl sft` (or run `wmrl quickstart`) and set `policy` in the config",
         });
     }
-    Ok(Policy::load(path)?)
+    let p = crate::device::placement();
+    Ok(Policy::load_on(
+        path,
+        &p.policy,
+        wmrl_policy::candle::DType::F32,
+    )?)
 }
 
 fn load_world_model(cfg: &TrainConfig) -> Result<Option<WorldModel>> {
@@ -104,10 +109,11 @@ fn load_world_model(cfg: &TrainConfig) -> Result<Option<WorldModel>> {
             hint: "export one with `wmrl wm export` and set `world_model.path`",
         });
     }
-    Ok(Some(WorldModel::load_with(
-        p,
-        cfg.world_model.runtime.clone(),
-    )?))
+    let mut runtime = cfg.world_model.runtime.clone();
+    if crate::device::placement().world_model == wmrl_worldmodel::ExecutionProvider::Cuda {
+        runtime.execution_provider = wmrl_worldmodel::ExecutionProvider::Cuda;
+    }
+    Ok(Some(WorldModel::load_with(p, runtime)?))
 }
 
 fn mix(a: u64, b: u64) -> u64 {
@@ -190,7 +196,11 @@ impl Trainer {
                 ),
             });
         }
-        let policy = Policy::load(&ck.join("policy"))?;
+        let policy = Policy::load_on(
+            &ck.join("policy"),
+            &crate::device::placement().policy,
+            wmrl_policy::candle::DType::F32,
+        )?;
         let reference = load_policy(&cfg.policy)?;
         let mut optimizer =
             PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;

@@ -26,7 +26,9 @@ use wmrl_onnx::OnnxError;
 pub enum ExecutionProvider {
     #[default]
     Cpu,
-    /// Needs the crate's `cuda` feature and a CUDA build of ONNX Runtime.
+    /// Needs a CUDA build of ONNX Runtime (the `onnxruntime-gpu` wheel's
+    /// library, pointed at by `ORT_DYLIB_PATH`) and a GPU; loading fails
+    /// with the reason otherwise ([`cuda_provider_status`] tells first).
     Cuda,
 }
 
@@ -325,13 +327,29 @@ fn with_provider(
 ) -> std::result::Result<ort::session::builder::SessionBuilder, String> {
     match ep {
         ExecutionProvider::Cpu => Ok(builder),
-        #[cfg(feature = "cuda")]
-        ExecutionProvider::Cuda => builder
-            .with_execution_providers([ort::ep::CUDA::default().build().error_on_failure()])
-            .map_err(|e| e.to_string()),
-        #[cfg(not(feature = "cuda"))]
-        ExecutionProvider::Cuda => Err(
-            "the CUDA execution provider needs wmrl-worldmodel built with `--features cuda`".into(),
+        ExecutionProvider::Cuda => {
+            cuda_provider_status()?;
+            builder
+                .with_execution_providers([ort::ep::CUDA::default().build().error_on_failure()])
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Whether the loaded ONNX Runtime library can run models on CUDA: `Err`
+/// says why not (the library cannot be loaded, or it is a CPU-only build
+/// such as the `onnxruntime` wheel `scripts/setup` installs). A session can
+/// still fail to start on CUDA (no driver or GPU); loading then reports it.
+pub fn cuda_provider_status() -> std::result::Result<(), String> {
+    use ort::ep::ExecutionProvider as _;
+    runtime::environment().map_err(|e| e.to_string())?;
+    match ort::ep::CUDA::is_available() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(
+            "the loaded ONNX Runtime library has no CUDA execution provider (a CPU build; \
+             point ORT_DYLIB_PATH at the `onnxruntime-gpu` wheel's libonnxruntime.so)"
+                .into(),
         ),
+        Err(e) => Err(format!("ONNX Runtime cannot list its providers: {e}")),
     }
 }

@@ -35,7 +35,10 @@ pub use collapse::{DEFAULT_POTENTIAL_K, ScoreMode, uniform_indices};
 pub use contract::ModelShape;
 pub use error::{Result, WmError};
 pub use export::export_onnx;
-pub use inference::{ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig};
+pub use inference::{
+    ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig,
+    cuda_provider_status,
+};
 pub use net::{NetConfig, ProgressNet};
 pub use wmrl_onnx::runtime_available;
 pub use wmrl_onnx::{Activation, DenseLayer, MlpGraph, MlpSession, OnnxError, export_mlp_onnx};

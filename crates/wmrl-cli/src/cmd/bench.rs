@@ -1,5 +1,5 @@
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Child;
 
 use anyhow::Context;
 use wmrl_policy::Progress;
@@ -47,6 +47,9 @@ pub struct Args {
     /// Title of report.md.
     #[arg(long, default_value = "wmrl bench")]
     pub title: String,
+    /// `--device` of every run (`cpu`, `cuda`, `auto`; see `wmrl train`).
+    #[arg(long, default_value = "cpu")]
+    pub device: wmrl_train::DeviceChoice,
 }
 
 /// The config of one bench run, resolved once here: the file with the
@@ -134,10 +137,12 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
 
 /// Start one `wmrl train` child for `job`.
 fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
-    let exe = super::self_exe()?;
     let (dir, name) = place(args, job.arm, job.seed);
-    let mut cmd = Command::new(exe);
-    cmd.arg("train").arg("--quiet");
+    let mut cmd = super::child_command()?;
+    cmd.arg("train")
+        .arg("--quiet")
+        .arg("--device")
+        .arg(args.device.to_string());
     match &job.fresh {
         None => {
             cmd.arg("--resume").arg(&dir);

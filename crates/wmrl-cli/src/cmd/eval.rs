@@ -54,6 +54,11 @@ pub struct Args {
     /// Output directory (default: `<policy>/eval`).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Where the models run: `cpu`, `cuda` (the GPU where each part can use
+    /// it; one warning names each part that stays on the CPU and why) or
+    /// `auto` (the same, the fallback logged as information).
+    #[arg(long, default_value = "cpu")]
+    pub device: wmrl_train::DeviceChoice,
     /// Also write every episode in the episode format (docs/episodes.md)
     /// to this directory: `wmrl sft --demos DIR --init POLICY` then
     /// fine-tunes on the policy's own successful episodes.
@@ -84,8 +89,9 @@ pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let policy =
-        Policy::load(&args.policy).with_context(|| format!("loading {}", args.policy.display()))?;
+    let device = &wmrl_train::device::select(args.device).policy;
+    let policy = Policy::load_on(&args.policy, device, wmrl_policy::candle::DType::F32)
+        .with_context(|| format!("loading {}", args.policy.display()))?;
     let mut env = make_env(&args)?;
     let n_tasks = env.spec().tasks.len();
     let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));

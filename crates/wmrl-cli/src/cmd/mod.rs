@@ -30,6 +30,35 @@ pub fn self_exe() -> anyhow::Result<std::path::PathBuf> {
     }
 }
 
+/// A child of `bench` or `quickstart`: on Linux it gets SIGTERM when the
+/// parent dies (killed or crashed), so no orphaned run keeps writing into a
+/// run directory a restarted bench then resumes.
+#[allow(unsafe_code)] // pre_exec: the only way to set PR_SET_PDEATHSIG
+pub fn child_command() -> anyhow::Result<std::process::Command> {
+    #[allow(unused_mut)]
+    let mut cmd = std::process::Command::new(self_exe()?);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs between fork and exec and calls only
+        // async-signal-safe functions (prctl, getppid).
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before prctl took effect.
+                if libc::getppid() != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    Ok(cmd)
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     #[test]

@@ -9,7 +9,6 @@
 //! is skipped, so an interrupted quickstart continues where it stopped.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::Context;
@@ -85,8 +84,7 @@ fn stage<S: AsRef<str>>(name: &str, done: bool, args: &[S]) -> anyhow::Result<f6
     let args: Vec<&str> = args.iter().map(AsRef::as_ref).collect();
     println!("== {name}: wmrl {}", args.join(" "));
     let t = Instant::now();
-    let exe = super::self_exe()?;
-    let status = Command::new(exe)
+    let status = super::child_command()?
         .args(&args)
         .status()
         .with_context(|| format!("starting stage {name}"))?;

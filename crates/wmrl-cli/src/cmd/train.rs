@@ -41,6 +41,11 @@ pub struct Args {
     /// No progress bar (for benches running many runs).
     #[arg(long)]
     pub quiet: bool,
+    /// Where the models run: `cpu`, `cuda` (the GPU where each part can use
+    /// it; one warning names each part that stays on the CPU and why) or
+    /// `auto` (the same, the fallback logged as information).
+    #[arg(long, default_value = "cpu")]
+    pub device: wmrl_train::DeviceChoice,
 }
 
 /// The override flags `wmrl train` and `wmrl bench` share, applied over a
@@ -145,6 +150,7 @@ pub fn train(args: &Args) -> anyhow::Result<RunSummary> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    wmrl_train::device::select(args.device);
     let s = train(&args)?;
     println!(
         "arm {} seed {}: held-out success {:.1}% [{:.1}, {:.1}] over {} episodes{}; labels used {}",

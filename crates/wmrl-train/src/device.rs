@@ -1,0 +1,177 @@
+//! Where a process runs its models: `--device cpu|cuda|auto`.
+//!
+//! One process, one placement, chosen once at start (`select`) and read by
+//! everything that loads a model afterwards (`placement`). The policy runs
+//! on candle's CUDA backend (a build with the `cuda` feature), the world
+//! model on ONNX Runtime's CUDA execution provider (a CUDA build of the
+//! library); each part that cannot use the GPU stays on the CPU, and one log
+//! line names each such part and why. The simulator renders on the CPU: the
+//! batched GPU rasteriser in `kernels/` is not wired into it yet.
+
+use std::sync::OnceLock;
+
+use wmrl_policy::candle::Device;
+use wmrl_worldmodel::ExecutionProvider;
+
+/// The `--device` choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// Everything on the CPU (the default; what the tests run).
+    #[default]
+    Cpu,
+    /// The GPU where each part can use it; a part that cannot falls back to
+    /// the CPU with a warning.
+    Cuda,
+    /// Like `cuda`, but the fallback is expected and logged as information.
+    Auto,
+}
+
+impl std::str::FromStr for DeviceChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cpu" => Ok(Self::Cpu),
+            "cuda" => Ok(Self::Cuda),
+            "auto" => Ok(Self::Auto),
+            _ => Err(format!("unknown device `{s}`: expected cpu, cuda or auto")),
+        }
+    }
+}
+
+impl std::fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Cpu => "cpu",
+            Self::Cuda => "cuda",
+            Self::Auto => "auto",
+        })
+    }
+}
+
+/// Where each part runs.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub choice: DeviceChoice,
+    /// candle device of the policy (and its KL reference).
+    pub policy: Device,
+    /// ONNX Runtime provider of the world model.
+    pub world_model: ExecutionProvider,
+    /// The parts that asked for the GPU and stayed on the CPU, with why
+    /// (empty for `cpu` or when everything is on the GPU).
+    pub fallbacks: Vec<(&'static str, String)>,
+}
+
+impl Placement {
+    fn cpu() -> Self {
+        Self {
+            choice: DeviceChoice::Cpu,
+            policy: Device::Cpu,
+            world_model: ExecutionProvider::Cpu,
+            fallbacks: Vec::new(),
+        }
+    }
+
+    /// Work out the placement for `choice` (probes the GPU; logs nothing).
+    pub fn resolve(choice: DeviceChoice) -> Self {
+        if choice == DeviceChoice::Cpu {
+            return Self::cpu();
+        }
+        let mut p = Self {
+            choice,
+            ..Self::cpu()
+        };
+        match wmrl_policy::cuda_device() {
+            Ok(d) => p.policy = d,
+            Err(why) => p.fallbacks.push(("policy", why)),
+        }
+        match wmrl_worldmodel::cuda_provider_status() {
+            Ok(()) => p.world_model = ExecutionProvider::Cuda,
+            Err(why) => p.fallbacks.push(("world model", why)),
+        }
+        p.fallbacks.push((
+            "renderer",
+            "the batched GPU rasteriser in kernels/ is not wired into the simulator yet".into(),
+        ));
+        p
+    }
+
+    /// The one log line about this placement, if anything fell back.
+    pub fn fallback_line(&self) -> Option<String> {
+        if self.fallbacks.is_empty() {
+            return None;
+        }
+        let parts: Vec<String> = self
+            .fallbacks
+            .iter()
+            .map(|(what, why)| format!("{what} ({why})"))
+            .collect();
+        Some(format!(
+            "--device {}: on the CPU instead: {}",
+            self.choice,
+            parts.join("; ")
+        ))
+    }
+}
+
+static PLACEMENT: OnceLock<Placement> = OnceLock::new();
+
+/// Choose this process's placement once and log its fallback line (a
+/// warning for `cuda`, information for `auto`). A second call keeps the
+/// first choice and returns it.
+pub fn select(choice: DeviceChoice) -> &'static Placement {
+    PLACEMENT.get_or_init(|| {
+        let p = Placement::resolve(choice);
+        if let Some(line) = p.fallback_line() {
+            match choice {
+                DeviceChoice::Cuda => tracing::warn!("{line}"),
+                _ => tracing::info!("{line}"),
+            }
+        }
+        p
+    })
+}
+
+/// This process's placement: what [`select`] chose, else all on the CPU.
+pub fn placement() -> &'static Placement {
+    PLACEMENT.get_or_init(Placement::cpu)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_choices_and_refuses_others() {
+        for c in [DeviceChoice::Cpu, DeviceChoice::Cuda, DeviceChoice::Auto] {
+            assert_eq!(c.to_string().parse::<DeviceChoice>(), Ok(c));
+        }
+        let err = "gpu".parse::<DeviceChoice>().expect_err("not a device");
+        assert!(err.contains("cpu, cuda or auto"), "{err}");
+    }
+
+    #[test]
+    fn cpu_is_silent_and_cuda_without_a_gpu_falls_back_naming_each_part() {
+        let cpu = Placement::resolve(DeviceChoice::Cpu);
+        assert!(cpu.fallback_line().is_none());
+        assert!(cpu.policy.is_cpu());
+        for choice in [DeviceChoice::Cuda, DeviceChoice::Auto] {
+            let p = Placement::resolve(choice);
+            let line = p.fallback_line().expect("the renderer always falls back");
+            assert!(line.starts_with(&format!("--device {choice}")), "{line}");
+            assert!(line.contains("renderer ("), "{line}");
+            // On a machine without a GPU (CI), every part stays on the CPU
+            // and the line says why for each.
+            if p.policy.is_cpu() {
+                assert!(line.contains("policy ("), "{line}");
+            }
+            if p.world_model == ExecutionProvider::Cpu {
+                assert!(line.contains("world model ("), "{line}");
+            }
+            #[cfg(not(feature = "cuda"))]
+            {
+                assert!(p.policy.is_cpu());
+                assert!(line.contains("without the `cuda` feature"), "{line}");
+            }
+        }
+    }
+}

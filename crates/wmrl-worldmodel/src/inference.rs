@@ -2,7 +2,7 @@
 //!
 //! One session per [`WorldModel`], built once at load; every call batches
 //! rollouts up to `batch_size`. CPU execution provider by default, CUDA with
-//! the `cuda` feature and [`ExecutionProvider::Cuda`]. This module never
+//! [`ExecutionProvider::Cuda`] and a CUDA build of ONNX Runtime. This module never
 //! trains and never touches candle.
 
 use std::path::{Path, PathBuf};

@@ -136,6 +136,11 @@ pub fn placement() -> &'static Placement {
     PLACEMENT.get_or_init(Placement::cpu)
 }
 
+/// Load a policy checkpoint onto this process's placement (float32).
+pub fn load_policy(dir: &std::path::Path) -> wmrl_policy::Result<wmrl_policy::Policy> {
+    wmrl_policy::Policy::load_on(dir, &placement().policy, wmrl_policy::candle::DType::F32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

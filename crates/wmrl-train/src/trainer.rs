@@ -89,12 +89,7 @@ fn load_policy(path: &Path) -> Result<Policy> {
             hint: "train one with `wmrl sft` (or run `wmrl quickstart`) and set `policy` in the config",
         });
     }
-    let p = crate::device::placement();
-    Ok(Policy::load_on(
-        path,
-        &p.policy,
-        wmrl_policy::candle::DType::F32,
-    )?)
+    Ok(crate::device::load_policy(path)?)
 }
 
 fn load_world_model(cfg: &TrainConfig) -> Result<Option<WorldModel>> {
@@ -196,11 +191,7 @@ impl Trainer {
                 ),
             });
         }
-        let policy = Policy::load_on(
-            &ck.join("policy"),
-            &crate::device::placement().policy,
-            wmrl_policy::candle::DType::F32,
-        )?;
+        let policy = crate::device::load_policy(&ck.join("policy"))?;
         let reference = load_policy(&cfg.policy)?;
         let mut optimizer =
             PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;

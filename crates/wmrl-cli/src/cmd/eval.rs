@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use wmrl_policy::{EvalConfig, Policy};
+use wmrl_policy::EvalConfig;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -89,8 +89,8 @@ pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let device = &wmrl_train::device::select(args.device).policy;
-    let policy = Policy::load_on(&args.policy, device, wmrl_policy::candle::DType::F32)
+    wmrl_train::device::select(args.device);
+    let policy = wmrl_train::device::load_policy(&args.policy)
         .with_context(|| format!("loading {}", args.policy.display()))?;
     let mut env = make_env(&args)?;
     let n_tasks = env.spec().tasks.len();

@@ -258,22 +258,48 @@ impl BenchResult {
 /// `out/predictor.onnx` (scored through ONNX Runtime from then on), train
 /// every arm for every seed, write `bench.json`, per-run JSONL metrics and
 /// the PNG into `out`.
+///
+/// Resumable: the settings go to `out/bench_config.json` first; the
+/// predictor's data and weights, and every finished run
+/// (`<arm>_seed<k>.report.json`), are read back instead of redone when the
+/// bench is started again on the same `out`. Settings that differ from the
+/// recorded ones (other than the number of seeds) are refused, naming the
+/// first differing key, so one bench never mixes runs of two settings.
 pub fn run_bench(
     cfg: &BenchConfig,
     suite: &crate::Suite,
     ex: &crate::execute::Executor,
     out: &Path,
 ) -> Result<BenchResult> {
-    use crate::collect::{collect, evaluate_predictor, write_examples};
+    use crate::collect::{collect, evaluate_predictor, read_examples, write_examples};
     use crate::competition::Split;
     std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
-    let train_data = collect(suite, ex, Split::Train, cfg.per_competition, 1000)?;
-    let held_data = collect(suite, ex, Split::Heldout, cfg.per_competition, 2000)?;
-    write_examples(&out.join("predictor_train.jsonl"), &train_data)?;
-    write_examples(&out.join("predictor_heldout.jsonl"), &held_data)?;
+    check_settings(&out.join("bench_config.json"), cfg)?;
+    let (train_path, held_path, pred_path) = (
+        out.join("predictor_train.jsonl"),
+        out.join("predictor_heldout.jsonl"),
+        out.join("predictor.json"),
+    );
+    let (train_data, held_data, pred) =
+        if train_path.exists() && held_path.exists() && pred_path.exists() {
+            tracing::info!(out = %out.display(), "predictor data and weights resumed");
+            (
+                read_examples(&train_path)?,
+                read_examples(&held_path)?,
+                crate::predictor::Predictor::load(&pred_path)?,
+            )
+        } else {
+            let train_data = collect(suite, ex, Split::Train, cfg.per_competition, 1000)?;
+            let held_data = collect(suite, ex, Split::Heldout, cfg.per_competition, 2000)?;
+            let (pred, mse) = crate::predictor::Predictor::train(&cfg.predictor, &train_data)?;
+            tracing::info!(mse, "predictor fitted on training competitions");
+            write_examples(&train_path, &train_data)?;
+            write_examples(&held_path, &held_data)?;
+            // Weights last: their presence marks the stage finished.
+            pred.save(&pred_path)?;
+            (train_data, held_data, pred)
+        };
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
-    let (pred, mse) = crate::predictor::Predictor::train(&cfg.predictor, &train_data)?;
-    pred.save(&out.join("predictor.json"))?;
     // Everything below scores through the ONNX file, as users run it.
     let onnx = crate::onnx_predictor::OnnxPredictor::export_and_load(
         &pred,
@@ -283,14 +309,29 @@ pub fn run_bench(
     let predictor_train = evaluate_predictor(&onnx, &train_data)?;
     let predictor_heldout = evaluate_predictor(&onnx, &held_data)?;
     tracing::info!(
-        mse,
         onnx_max_abs_diff,
         ?predictor_heldout,
-        "predictor fitted on training competitions"
+        "predictor scored through ONNX Runtime"
     );
     let mut reports = Vec::new();
     for seed in 0..cfg.seeds {
         for arm in ArArm::ALL {
+            let done = out.join(format!("{}_seed{seed}.report.json", arm.name()));
+            if done.exists() {
+                let r: TrainReport = read_json(&done)?;
+                if r.arm != arm || r.seed != seed {
+                    return Err(Error::Config(format!(
+                        "{}: holds the run of arm {} seed {}, not {} seed {seed}",
+                        done.display(),
+                        r.arm.name(),
+                        r.seed,
+                        arm.name()
+                    )));
+                }
+                tracing::info!(arm = arm.name(), seed, "finished run resumed");
+                reports.push(r);
+                continue;
+            }
             let r = crate::train::train(
                 &cfg.train,
                 arm,
@@ -307,6 +348,7 @@ pub fn run_bench(
                 cpu = r.ledger.real_cpu_seconds,
                 "run done"
             );
+            write_json(&done, &r)?;
             reports.push(r);
         }
     }
@@ -342,11 +384,89 @@ pub fn run_bench(
         cpu_ratio_real_over_wmrl,
         wmrl_minus_real,
     };
-    let path = out.join("bench.json");
-    let text = serde_json::to_string_pretty(&res).map_err(|source| Error::Json {
-        path: path.clone(),
+    write_json(&out.join("bench.json"), &res)?;
+    Ok(res)
+}
+
+/// Record `cfg` at `path`, or check it against the one recorded there by an
+/// earlier start of the same bench (the seed count may grow or shrink).
+fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
+    if !path.exists() {
+        return write_json(path, cfg);
+    }
+    let recorded: BenchConfig = read_json(path)?;
+    let strip = |c: &BenchConfig| -> Result<serde_json::Value> {
+        let mut v = serde_json::to_value(c).map_err(|source| Error::Json {
+            path: path.into(),
+            source,
+        })?;
+        if let Some(m) = v.as_object_mut() {
+            m.remove("seeds");
+        }
+        Ok(v)
+    };
+    let (was, now) = (strip(&recorded)?, strip(cfg)?);
+    if let Some(key) = first_difference(&was, &now, String::new()) {
+        return Err(Error::Config(format!(
+            "{}: this bench was started with other settings ({key}: {} then, {} now); \
+             use another --out, or delete the folder to start over",
+            path.display(),
+            lookup(&was, &key),
+            lookup(&now, &key)
+        )));
+    }
+    if recorded.seeds != cfg.seeds {
+        write_json(path, cfg)?;
+    }
+    Ok(())
+}
+
+/// The dotted path of the first key whose values differ, if any.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| {
+                let sub = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => first_difference(p, q, sub),
+                    _ => Some(sub),
+                }
+            })
+        }
+        _ => (a != b).then_some(at),
+    }
+}
+
+fn lookup(v: &serde_json::Value, dotted: &str) -> String {
+    dotted
+        .split('.')
+        .try_fold(v, |v, k| v.get(k))
+        .map_or("(absent)".to_string(), |v| v.to_string())
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(crate::error::io_err(path))?;
+    serde_json::from_str(&text).map_err(|source| Error::Json {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Write JSON through a temporary file and a rename, so an interrupted
+/// write never leaves a half file that a resumed bench would read.
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|source| Error::Json {
+        path: path.into(),
         source,
     })?;
-    std::fs::write(&path, text).map_err(crate::error::io_err(&path))?;
-    Ok(res)
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(crate::error::io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(crate::error::io_err(path))
 }

@@ -73,3 +73,66 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         );
     }
 }
+
+#[test]
+fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
+    use wmrl_autoresearch::bench::{BenchConfig, run_bench};
+    let suite = Suite::load(&default_suite_dir()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ex = Executor::new(
+        Sandbox::new(SandboxConfig::default()).unwrap(),
+        Ladder::default(),
+    )
+    .with_cache(&dir.path().join("cache.jsonl"))
+    .unwrap();
+    let cfg = BenchConfig {
+        seeds: 1,
+        per_competition: 1,
+        train: TrainConfig {
+            steps: 1,
+            groups_per_step: 2,
+            group_size: 2,
+            eval_every: 0,
+            eval_samples: 1,
+            ..Default::default()
+        },
+        predictor: PredictorConfig {
+            epochs: 20,
+            ..Default::default()
+        },
+    };
+    let out = dir.path().join("bench");
+    let first = run_bench(&cfg, &suite, &ex, &out).unwrap();
+    assert_eq!(first.reports.len(), ArArm::ALL.len());
+    // Mark one finished run: a restart must read it back, not redo it.
+    let done = out.join("wmrl_seed0.report.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
+    v["ledger"]["real_cpu_seconds"] = serde_json::json!(12345.0);
+    std::fs::write(&done, v.to_string()).unwrap();
+    let again = run_bench(&cfg, &suite, &ex, &out).unwrap();
+    let wmrl = again.reports.iter().find(|r| r.arm == ArArm::Wmrl).unwrap();
+    assert_eq!(wmrl.ledger.real_cpu_seconds, 12345.0);
+    let real = |res: &wmrl_autoresearch::bench::BenchResult| {
+        res.reports
+            .iter()
+            .find(|r| r.arm == ArArm::Real)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(real(&again), real(&first));
+    assert_eq!(again.predictor_heldout, first.predictor_heldout);
+    // Other settings on the same folder are refused, naming the key.
+    let other = BenchConfig {
+        per_competition: 2,
+        ..cfg.clone()
+    };
+    let err = run_bench(&other, &suite, &ex, &out)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("per_competition"), "{err}");
+    // A corrupt run file is an error that names it, not a silent rerun.
+    std::fs::write(&done, "{ truncated").unwrap();
+    let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
+    assert!(err.contains("wmrl_seed0.report.json"), "{err}");
+}

@@ -600,6 +600,37 @@ impl Sandbox {
     pub fn backend(&self) -> Isolation {
         self.backend
     }
+
+    /// Check, through the sandbox itself, that its Python imports every
+    /// module in `modules` (the solutions' libraries), so that a missing
+    /// venv is one clear error up front instead of every solution failing
+    /// with a runtime error and a bench measuring nothing.
+    pub fn check_python(&self, modules: &[&str]) -> Result<()> {
+        let public = tempfile::tempdir().map_err(io_err(std::env::temp_dir()))?;
+        let code = format!("import {}\n", modules.join(", "));
+        let run = self.run(&code, public.path())?;
+        match run.report.runtime_error() {
+            None => Ok(()),
+            Some(why) => {
+                let last = run
+                    .report
+                    .stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("")
+                    .to_string();
+                Err(Error::Sandbox(format!(
+                    "the sandbox's Python ({}) cannot import {} ({why}: {last}); \
+                     build the repository's venv with `scripts/setup python-ml` \
+                     (.venv/, envs/mledojo/requirements.txt) or point WMRL_PYTHON \
+                     at an interpreter that has them",
+                    self.cfg.python.display(),
+                    modules.join(", ")
+                )))
+            }
+        }
+    }
     pub fn config(&self) -> &SandboxConfig {
         &self.cfg
     }

@@ -200,3 +200,17 @@ fn infinite_loop_is_killed_and_output_capped() {
     assert_eq!(g.rung, Rung::RuntimeError);
     host_still_works();
 }
+
+#[test]
+fn a_python_without_the_solutions_libraries_is_refused_up_front() {
+    let sb = sandbox(20.0);
+    // The repository venv has what every solution template imports.
+    sb.check_python(&["numpy", "pandas", "sklearn"]).unwrap();
+    let err = sb
+        .check_python(&["numpy", "wmrl_no_such_module"])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("wmrl_no_such_module"), "{err}");
+    assert!(err.contains("scripts/setup python-ml"), "{err}");
+    assert!(err.contains("ModuleNotFoundError"), "{err}");
+}

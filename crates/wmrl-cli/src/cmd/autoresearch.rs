@@ -180,6 +180,9 @@ fn executor(c: &Common) -> anyhow::Result<Executor> {
         ..Default::default()
     })?;
     tracing::info!("sandbox backend: {:?}", sb.backend());
+    // Every solution template imports these; without them every execution
+    // fails and the run would measure nothing.
+    sb.check_python(&["numpy", "pandas", "sklearn"])?;
     let ex = Executor::new(sb, Ladder::default());
     Ok(if c.no_cache {
         ex

@@ -1,5 +1,6 @@
 //! Real execution of one solution on one competition: sandbox, then grade.
-//! An optional on-disk cache keyed by (competition, code hash) replays the
+//! An optional on-disk cache keyed by (competition, code hash, the sandbox
+//! interpreter's library set) replays the
 //! outcome of a solution that was already run. Solutions are deterministic
 //! (every template fixes its seeds), so a replay returns the same grade; the
 //! replayed run's measured CPU seconds are charged again, so the ledger still
@@ -48,6 +49,10 @@ pub struct Executor {
     pub ladder: Ladder,
     cache_path: Option<PathBuf>,
     cache: Mutex<HashMap<String, Outcome>>,
+    /// [`crate::sandbox::python_fingerprint`] of the sandbox's interpreter,
+    /// part of every cache key: a run under another venv (or none) is not
+    /// replayed as this one's.
+    python: String,
 }
 
 /// Part of every cache key: bump it when grading changes, so a replay never
@@ -55,9 +60,11 @@ pub struct Executor {
 /// leaderboard entry count as beating it (MLE-Dojo's rule).
 const GRADING_VERSION: &[u8] = b"grading-2";
 
-fn key(comp: &Competition, code: &str) -> String {
+fn key(python: &str, comp: &Competition, code: &str) -> String {
     let mut h = Sha256::new();
     h.update(GRADING_VERSION);
+    h.update(python.as_bytes());
+    h.update([0u8]);
     h.update(comp.name().as_bytes());
     h.update([0u8]);
     h.update(code.as_bytes());
@@ -71,7 +78,9 @@ fn tail(s: &str, n: usize) -> String {
 
 impl Executor {
     pub fn new(sandbox: Sandbox, ladder: Ladder) -> Self {
+        let python = crate::sandbox::python_fingerprint(&sandbox.config().python);
         Self {
+            python,
             sandbox,
             ladder,
             cache_path: None,
@@ -110,7 +119,7 @@ impl Executor {
         code: &str,
         views: &PathViews,
     ) -> Result<Outcome> {
-        let k = key(comp, code);
+        let k = key(&self.python, comp, code);
         if self.cache_path.is_some()
             && let Ok(map) = self.cache.lock()
             && let Some(o) = map.get(&k)

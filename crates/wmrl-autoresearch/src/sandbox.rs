@@ -296,6 +296,33 @@ fn python_roots(python: &Path) -> Vec<PathBuf> {
     roots
 }
 
+/// What identifies the interpreter's library set, for replay-cache keys:
+/// its path and, for each of its roots ([`python_roots`]) holding a
+/// `site-packages`, the sorted names of the installed distributions
+/// (`numpy-2.2.6.dist-info`, ...). Another venv, or a package upgraded or
+/// missing, gives another fingerprint.
+pub fn python_fingerprint(python: &Path) -> String {
+    let mut parts = vec![python.display().to_string()];
+    for root in python_roots(python) {
+        let Ok(libs) = std::fs::read_dir(root.join("lib")) else {
+            continue;
+        };
+        for lib in libs.flatten() {
+            let Ok(pkgs) = std::fs::read_dir(lib.path().join("site-packages")) else {
+                continue;
+            };
+            let mut names: Vec<String> = pkgs
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".dist-info"))
+                .collect();
+            names.sort();
+            parts.extend(names);
+        }
+    }
+    parts.join("\n")
+}
+
 /// bubblewrap's view of the file system: the system directories a Python
 /// interpreter needs (`/usr`, `/etc`, the merged-usr links) read-only, the
 /// interpreter's own environment read-only ([`python_roots`]), a private

@@ -214,3 +214,34 @@ fn a_python_without_the_solutions_libraries_is_refused_up_front() {
     assert!(err.contains("scripts/setup python-ml"), "{err}");
     assert!(err.contains("ModuleNotFoundError"), "{err}");
 }
+
+#[test]
+fn the_replay_cache_replays_only_under_the_same_interpreter() {
+    use wmrl_autoresearch::execute::Executor;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache.jsonl");
+    let comp = iris();
+    let code = "import numpy\nopen('submission.csv', 'w').write('id\\n')\n";
+    let ex = |python: Option<PathBuf>| {
+        let mut cfg = SandboxConfig {
+            wall_secs: 20.0,
+            ..Default::default()
+        };
+        if let Some(p) = python {
+            cfg.python = p;
+        }
+        Executor::new(Sandbox::new(cfg).unwrap(), Ladder::default())
+            .with_cache(&cache)
+            .unwrap()
+    };
+    let venv = ex(None);
+    let first = venv.execute(&comp, code).unwrap();
+    assert!(!first.cached);
+    assert_eq!(first.exit, Exit::Code(0), "{}", first.stderr_tail);
+    // Same interpreter, same code: replayed.
+    assert!(ex(None).execute(&comp, code).unwrap().cached);
+    // Another interpreter (the venv's base, without its packages) runs it.
+    let base = std::fs::canonicalize(wmrl_autoresearch::sandbox::default_python()).unwrap();
+    let other = ex(Some(base)).execute(&comp, code).unwrap();
+    assert!(!other.cached);
+}

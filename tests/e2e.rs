@@ -375,6 +375,19 @@ struct DiesOnce {
     restarts: Vec<wmrl_env::SlotRestart>,
 }
 
+impl DiesOnce {
+    fn new(inner: Box<dyn wmrl_env::VecEnv>, at: usize) -> Self {
+        let slots = inner.num_envs();
+        Self {
+            inner,
+            at,
+            calls: 0,
+            resets: vec![None; slots],
+            restarts: Vec::new(),
+        }
+    }
+}
+
 impl wmrl_env::VecEnv for DiesOnce {
     fn spec(&self) -> &wmrl_env::EnvSpec {
         self.inner.spec()
@@ -424,17 +437,24 @@ impl wmrl_env::VecEnv for DiesOnce {
     }
 }
 
-#[test]
-fn evaluation_reruns_an_episode_whose_worker_died_and_counts_it_once() {
+/// An untrained one-layer tiny policy for the simulator, and a simulator
+/// config whose episodes end at `max_steps`.
+fn one_layer_policy_and_sim(max_steps: usize) -> (Policy, wmrl_sim::SimConfig) {
     let mut pc = PolicyConfig::tiny();
     pc.proprio_dim = wmrl_sim::PROPRIO_DIM;
     pc.n_layers = 1;
     let policy = Policy::new(pc, &Device::Cpu, DType::F32).expect("policy");
     let sim = wmrl_sim::SimConfig {
         image_size: IMAGE,
-        max_steps: 24,
+        max_steps,
         ..wmrl_sim::SimConfig::default()
     };
+    (policy, sim)
+}
+
+#[test]
+fn evaluation_reruns_an_episode_whose_worker_died_and_counts_it_once() {
+    let (policy, sim) = one_layer_policy_and_sim(24);
     let make = || wmrl_sim::make_vec_env(&sim, 2).expect("venv");
     let cfg = wmrl_policy::EvalConfig {
         tasks: vec![0, 4],
@@ -443,13 +463,7 @@ fn evaluation_reruns_an_episode_whose_worker_died_and_counts_it_once() {
         ..wmrl_policy::EvalConfig::default()
     };
     let clean = wmrl_policy::evaluate(&policy, &mut make(), &cfg).expect("eval");
-    let mut env = DiesOnce {
-        inner: Box::new(make()),
-        at: 5,
-        calls: 0,
-        resets: vec![None; 2],
-        restarts: Vec::new(),
-    };
+    let mut env = DiesOnce::new(Box::new(make()), 5);
     let faulty = wmrl_policy::evaluate(&policy, &mut env, &cfg).expect("eval");
     assert_eq!(faulty.restarts, 1);
     assert_eq!(clean.restarts, 0);
@@ -472,5 +486,45 @@ fn evaluation_reruns_an_episode_whose_worker_died_and_counts_it_once() {
         faulty.env_steps,
         clean.env_steps + 5,
         "the voided attempt's steps are counted as taken"
+    );
+}
+
+#[test]
+fn a_rollout_whose_worker_died_is_rerun_whole_and_marked() {
+    // The same shared runner as evaluation: the episode of slot 0 restarts
+    // from its reset at the 5th step call; what it had collected is void, so
+    // (greedy) it ends exactly as the clean run's, with `restarts` 1.
+    let (policy, sim) = one_layer_policy_and_sim(24);
+    let make = || wmrl_sim::make_vec_env(&sim, 2).expect("venv");
+    let specs: Vec<wmrl_train::rollout::EpisodeSpec> = (0..3)
+        .map(|i| wmrl_train::rollout::EpisodeSpec {
+            group: 0,
+            task: [0, 4, 2][i],
+            init_state: i,
+            seed: 9 + i as u64,
+        })
+        .collect();
+    let (clean, _) = wmrl_train::rollout::collect(&policy, &mut make(), &specs, 0.0, 0, 3, true)
+        .expect("collect");
+    let mut env = DiesOnce::new(Box::new(make()), 5);
+    let (faulty, _) =
+        wmrl_train::rollout::collect(&policy, &mut env, &specs, 0.0, 0, 3, true).expect("collect");
+    assert_eq!(
+        faulty.iter().map(|r| r.restarts).collect::<Vec<_>>(),
+        vec![1, 0, 0]
+    );
+    for (a, b) in clean.iter().zip(&faulty) {
+        assert_eq!((a.success, a.steps), (b.success, b.steps));
+        assert_eq!(a.frames, b.frames);
+        assert_eq!(a.progress, b.progress);
+        assert_eq!(a.chunks.len(), b.chunks.len());
+        for (x, y) in a.chunks.iter().zip(&b.chunks) {
+            assert_eq!((&x.tokens, &x.mask), (&y.tokens, &y.mask));
+            assert_eq!(x.features, y.features);
+        }
+    }
+    assert!(
+        wmrl_env::VecEnv::take_restarts(&mut env).is_empty(),
+        "the rollouts drained the restart"
     );
 }

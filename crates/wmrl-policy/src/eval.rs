@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 use wmrl_env::{Episode, EpisodeStep, Frame, Observation, ResetRequest, VecEnv};
 
 use crate::checkpoint::write_json;
+use crate::episodes::{EpisodeObserver, RunOptions, run_episodes};
 use crate::error::io_err;
-use crate::{Policy, PolicyError, PolicyInput, Result};
+use crate::{Policy, PolicyError, Result};
 
 /// Evaluation settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -177,16 +178,115 @@ pub fn wilson_interval(successes: usize, n: usize, z: f64) -> (f64, f64) {
     ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
+/// What evaluation keeps of a running episode.
+#[derive(Clone)]
 struct Running {
-    ep: usize,
-    obs: Observation,
-    prev_frame: Option<Frame>,
-    steps: usize,
     gif: Option<Vec<Frame>>,
     /// The steps so far, when episodes are written.
     record: Option<Vec<EpisodeStep>>,
-    /// The reset's seed (written with the episode).
-    seed: u64,
+}
+
+/// Evaluation's [`EpisodeObserver`]: results, GIFs and recorded episodes.
+struct Keeper<'a> {
+    cfg: &'a EvalConfig,
+    spec: &'a wmrl_env::EnvSpec,
+    requests: &'a [ResetRequest],
+    progress: Option<&'a crate::Progress>,
+    gif_eps: Vec<usize>,
+    running: Vec<Option<Running>>,
+    results: Vec<Option<EpisodeResult>>,
+    gifs: Vec<PathBuf>,
+}
+
+impl Keeper<'_> {
+    fn fresh(&self, ep: usize, obs: &Observation) -> Running {
+        Running {
+            gif: self
+                .gif_eps
+                .contains(&ep)
+                .then(|| obs.frames.first().cloned().into_iter().collect()),
+            record: self.cfg.episode_dir.as_ref().map(|_| Vec::new()),
+        }
+    }
+}
+
+impl EpisodeObserver for Keeper<'_> {
+    fn started(&mut self, ep: usize, obs: &Observation) {
+        self.running[ep] = Some(self.fresh(ep, obs));
+    }
+    fn restarted(&mut self, ep: usize, obs: &Observation) {
+        self.running[ep] = Some(self.fresh(ep, obs));
+    }
+    fn stepped(
+        &mut self,
+        ep: usize,
+        before: &Observation,
+        action: &[f32; crate::ACTION_DIM],
+        result: &wmrl_env::StepResult,
+        step: usize,
+    ) {
+        let Some(r) = self.running[ep].as_mut() else {
+            return;
+        };
+        if let Some(rec) = r.record.as_mut() {
+            rec.push(EpisodeStep {
+                frames: before.frames.clone(),
+                proprio: before.proprio.clone(),
+                action: action.to_vec(),
+                progress: before.progress,
+            });
+        }
+        if let (Some(g), Some(f)) = (r.gif.as_mut(), result.obs.frames.first())
+            && step.is_multiple_of(self.cfg.gif_stride.max(1))
+        {
+            g.push(f.clone());
+        }
+    }
+    fn ended(&mut self, ep: usize, last: &wmrl_env::StepResult, steps: usize) -> Result<()> {
+        let ResetRequest {
+            task,
+            init_state,
+            seed,
+        } = self.requests[ep];
+        let final_progress = last.obs.progress;
+        self.results[ep] = Some(EpisodeResult {
+            task,
+            init_state,
+            success: last.success,
+            steps,
+            final_progress,
+        });
+        let Some(r) = self.running[ep].take() else {
+            return Ok(());
+        };
+        if let (Some(steps), Some(dir)) = (r.record, &self.cfg.episode_dir)
+            && (last.success || !self.cfg.episode_successes_only)
+        {
+            let episode = Episode {
+                suite: self.spec.suite.clone(),
+                task,
+                init_state,
+                seed,
+                instruction: self.spec.tasks[task].instruction.clone(),
+                cameras: self.spec.cameras.clone(),
+                success: last.success,
+                final_progress,
+                source: format!("policy T={}", self.cfg.temperature),
+                steps,
+            };
+            wmrl_env::write_episode(dir, ep, &episode)?;
+        }
+        if let (Some(frames), Some(dir)) = (r.gif, &self.cfg.gif_dir) {
+            let tag = if last.success { "success" } else { "fail" };
+            let path = dir.join(format!("task{task:02}_init{init_state:03}_{tag}.gif"));
+            write_gif(&path, &frames)?;
+            self.gifs.push(path);
+        }
+        if let Some(p) = self.progress {
+            p.inc(1);
+        }
+        Ok(())
+    }
 }
 
 /// Run every (task, init state) episode of `cfg` and report success.
@@ -236,187 +336,36 @@ pub fn evaluate_with_progress(
             .collect(),
         _ => Vec::new(),
     };
-    let chunk = policy.config().chunk;
-    let exec = if cfg.execute_steps == 0 {
-        chunk
-    } else {
-        cfg.execute_steps.min(chunk)
+    let requests: Vec<ResetRequest> = queue
+        .iter()
+        .enumerate()
+        .map(|(i, &(task, init_state))| ResetRequest {
+            task,
+            init_state,
+            seed: cfg.seed.wrapping_add(i as u64),
+        })
+        .collect();
+    let mut keep = Keeper {
+        cfg,
+        spec: &spec,
+        requests: &requests,
+        progress,
+        gif_eps,
+        running: vec![None; queue.len()],
+        results: vec![None; queue.len()],
+        gifs: Vec::new(),
     };
-    let n_slots = env.num_envs().max(1);
-    let mut slots: Vec<Option<Running>> = (0..n_slots).map(|_| None).collect();
-    let mut results: Vec<Option<EpisodeResult>> = vec![None; queue.len()];
-    let mut next = 0usize;
-    let (mut calls, mut env_steps, mut restarts) = (0usize, 0usize, 0usize);
-    let mut gifs = Vec::new();
-    loop {
-        // Refill free slots.
-        let mut reqs = Vec::new();
-        for (slot, s) in slots.iter().enumerate() {
-            if s.is_none() && next < queue.len() {
-                let (task, init_state) = queue[next];
-                reqs.push((
-                    slot,
-                    next,
-                    ResetRequest {
-                        task,
-                        init_state,
-                        seed: cfg.seed.wrapping_add(next as u64),
-                    },
-                ));
-                next += 1;
-            }
-        }
-        if !reqs.is_empty() {
-            let pairs: Vec<(usize, ResetRequest)> = reqs.iter().map(|(s, _, r)| (*s, *r)).collect();
-            let obs = env.reset(&pairs)?;
-            // Restarts reported during a reset are already behind its
-            // fresh observations.
-            env.take_restarts();
-            for ((slot, ep, req), o) in reqs.into_iter().zip(obs) {
-                let gif = gif_eps
-                    .contains(&ep)
-                    .then(|| o.frames.first().cloned().into_iter().collect());
-                slots[slot] = Some(Running {
-                    ep,
-                    obs: o,
-                    prev_frame: None,
-                    steps: 0,
-                    gif,
-                    record: cfg.episode_dir.as_ref().map(|_| Vec::new()),
-                    seed: req.seed,
-                });
-            }
-        }
-        let active: Vec<usize> = (0..n_slots).filter(|&i| slots[i].is_some()).collect();
-        if active.is_empty() {
-            break;
-        }
-        let inputs: Vec<PolicyInput> = active
-            .iter()
-            .filter_map(|&i| slots[i].as_ref())
-            .map(|r| {
-                let (task, _) = queue[r.ep];
-                PolicyInput::from_observation(
-                    &spec.tasks[task].instruction,
-                    &r.obs,
-                    r.prev_frame.clone(),
-                )
-            })
-            .collect();
-        let seed = cfg
-            .seed
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(calls as u64);
-        let samples = policy.sample(&inputs, cfg.temperature, seed)?;
-        calls += 1;
-        for (&slot, input) in active.iter().zip(&inputs) {
-            if let Some(r) = slots[slot].as_mut() {
-                r.prev_frame = input.frames.first().cloned();
-            }
-        }
-        let mut live: Vec<(usize, usize)> = active
-            .iter()
-            .copied()
-            .enumerate()
-            .map(|(k, s)| (s, k))
-            .collect();
-        for j in 0..exec {
-            if live.is_empty() {
-                break;
-            }
-            let acts: Vec<(usize, Vec<f32>)> = live
-                .iter()
-                .map(|&(s, k)| (s, samples[k].actions[j].to_vec()))
-                .collect();
-            // Frames only where something looks at them: the policy's next
-            // call (the chunk's last step), GIFs and recorded episodes. An
-            // episode ended by the step cap needs none: its result is the
-            // success flag and the oracle progress, which come either way.
-            let observe = j + 1 == exec || cfg.gif_dir.is_some() || cfg.episode_dir.is_some();
-            let out = env.step_observing(&acts, observe)?;
-            env_steps += out.len();
-            // A slot whose worker died restarted its episode from the same
-            // reset: what this episode had is void, its result is this
-            // observation, and the episode runs again from its first step.
-            let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();
-            let mut still = Vec::new();
-            for ((s, k), res) in live.into_iter().zip(out) {
-                let Some(r) = slots[s].as_mut() else { continue };
-                if restarted.contains(&s) {
-                    restarts += 1;
-                    r.steps = 0;
-                    r.prev_frame = None;
-                    r.obs = res.obs;
-                    if let Some(g) = r.gif.as_mut() {
-                        g.clear();
-                        g.extend(r.obs.frames.first().cloned());
-                    }
-                    if let Some(rec) = r.record.as_mut() {
-                        rec.clear();
-                    }
-                    continue;
-                }
-                r.steps += 1;
-                if let Some(rec) = r.record.as_mut() {
-                    rec.push(EpisodeStep {
-                        frames: r.obs.frames.clone(),
-                        proprio: r.obs.proprio.clone(),
-                        action: samples[k].actions[j].to_vec(),
-                        progress: r.obs.progress,
-                    });
-                }
-                if let (Some(g), Some(f)) = (r.gif.as_mut(), res.obs.frames.first())
-                    && r.steps % cfg.gif_stride.max(1) == 0
-                {
-                    g.push(f.clone());
-                }
-                let capped = cfg.max_steps > 0 && r.steps >= cfg.max_steps;
-                let ended = res.done || res.truncated || capped;
-                let final_progress = res.obs.progress;
-                r.obs = res.obs;
-                if ended {
-                    let (task, init_state) = queue[r.ep];
-                    results[r.ep] = Some(EpisodeResult {
-                        task,
-                        init_state,
-                        success: res.success,
-                        steps: r.steps,
-                        final_progress,
-                    });
-                    if let (Some(steps), Some(dir)) = (r.record.take(), &cfg.episode_dir)
-                        && (res.success || !cfg.episode_successes_only)
-                    {
-                        let episode = Episode {
-                            suite: spec.suite.clone(),
-                            task,
-                            init_state,
-                            seed: r.seed,
-                            instruction: spec.tasks[task].instruction.clone(),
-                            cameras: spec.cameras.clone(),
-                            success: res.success,
-                            final_progress,
-                            source: format!("policy T={}", cfg.temperature),
-                            steps,
-                        };
-                        wmrl_env::write_episode(dir, r.ep, &episode)?;
-                    }
-                    if let (Some(frames), Some(dir)) = (r.gif.take(), &cfg.gif_dir) {
-                        let tag = if res.success { "success" } else { "fail" };
-                        let path = dir.join(format!("task{task:02}_init{init_state:03}_{tag}.gif"));
-                        write_gif(&path, &frames)?;
-                        gifs.push(path);
-                    }
-                    slots[s] = None;
-                    if let Some(p) = progress {
-                        p.inc(1);
-                    }
-                } else {
-                    still.push((s, k));
-                }
-            }
-            live = still;
-        }
-    }
+    let opts = RunOptions {
+        execute_steps: cfg.execute_steps,
+        max_steps: cfg.max_steps,
+        // An episode ended by the cap needs no frame: its result is the
+        // success flag and the oracle progress, which come either way.
+        observe_at_cap: false,
+        observe_every_step: cfg.gif_dir.is_some() || cfg.episode_dir.is_some(),
+        ..RunOptions::new(cfg.temperature, cfg.seed)
+    };
+    let stats = run_episodes(policy, env, &requests, &opts, &mut keep)?;
+    let (results, gifs) = (keep.results, keep.gifs);
     let episodes: Vec<EpisodeResult> = results.into_iter().flatten().collect();
     let per_task = tasks
         .iter()
@@ -444,9 +393,9 @@ pub fn evaluate_with_progress(
         per_task,
         overall,
         episodes,
-        policy_calls: calls,
-        env_steps,
-        restarts,
+        policy_calls: stats.policy_batches as usize,
+        env_steps: stats.env_steps as usize,
+        restarts: stats.restarts as usize,
         wall_secs: t0.elapsed().as_secs_f64(),
         gifs,
     })

@@ -20,6 +20,7 @@
 mod action;
 mod checkpoint;
 mod config;
+pub mod episodes;
 mod error;
 mod eval;
 mod grpo;

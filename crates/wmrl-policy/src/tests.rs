@@ -859,3 +859,74 @@ fn grpo_learns_a_synthetic_reward_that_shuffled_advantages_do_not() {
         "shuffled advantages moved the reward as much: {b1:.3} -> {shuffled:.3} (learned {learned:.3})"
     );
 }
+
+/// The shared episode runner: greedy episodes do not depend on the slot
+/// schedule (waves or refill), every episode is reset once and ends once,
+/// and the actions the observer sees are the ones executed.
+#[test]
+fn the_episode_runner_gives_the_same_greedy_episodes_under_either_schedule() {
+    use crate::episodes::{EpisodeObserver, RunOptions, Schedule, run_episodes};
+    #[derive(Default)]
+    struct Log {
+        started: Vec<usize>,
+        actions: std::collections::BTreeMap<usize, Vec<[f32; ACTION_DIM]>>,
+        ended: std::collections::BTreeMap<usize, (bool, usize)>,
+    }
+    impl EpisodeObserver for Log {
+        fn started(&mut self, ep: usize, _: &wmrl_env::Observation) {
+            self.started.push(ep);
+        }
+        fn stepped(
+            &mut self,
+            ep: usize,
+            _: &wmrl_env::Observation,
+            action: &[f32; ACTION_DIM],
+            _: &wmrl_env::StepResult,
+            step: usize,
+        ) {
+            let a = self.actions.entry(ep).or_default();
+            a.push(*action);
+            assert_eq!(a.len(), step);
+        }
+        fn ended(&mut self, ep: usize, last: &wmrl_env::StepResult, steps: usize) -> Result<()> {
+            assert!(self.ended.insert(ep, (last.success, steps)).is_none());
+            Ok(())
+        }
+    }
+    let policy = Policy::new(tiny_cfg(Decoding::Parallel), &Device::Cpu, DType::F32).expect("p");
+    let requests: Vec<ResetRequest> = (0..7)
+        .map(|i| ResetRequest {
+            task: 0,
+            init_state: i % 4,
+            seed: i as u64,
+        })
+        .collect();
+    let run = |schedule| {
+        let envs: Vec<LineEnv> = (0..3).map(|_| LineEnv::new()).collect();
+        let mut env = LocalVecEnv::new(envs).expect("env");
+        let mut log = Log::default();
+        let opts = RunOptions {
+            schedule,
+            max_steps: 9,
+            ..RunOptions::new(0.0, 5)
+        };
+        let stats = run_episodes(&policy, &mut env, &requests, &opts, &mut log).expect("run");
+        (log, stats)
+    };
+    let (waves, ws) = run(Schedule::Waves);
+    let (refill, rs) = run(Schedule::Refill);
+    for log in [&waves, &refill] {
+        let mut s = log.started.clone();
+        s.sort_unstable();
+        assert_eq!(s, (0..7).collect::<Vec<_>>());
+        assert_eq!(log.ended.len(), 7);
+        assert!(log.ended.values().all(|&(_, n)| (1..=9).contains(&n)));
+    }
+    assert_eq!(waves.actions, refill.actions);
+    assert_eq!(waves.ended, refill.ended);
+    assert_eq!(ws.env_steps, rs.env_steps);
+    // Waves of 3, 3, 1 episodes wait for their slowest episode; refilling
+    // never calls the policy more often than that.
+    assert!(rs.policy_batches <= ws.policy_batches);
+    assert_eq!(ws.policy_rows, rs.policy_rows);
+}

@@ -1,0 +1,314 @@
+//! The one episode runner, shared by training rollouts (wmrl-train) and
+//! evaluation ([`crate::evaluate`]): episodes run on the environment's slots,
+//! the policy is called once per chunk for every running slot, the chunk's
+//! actions are executed step by step, and an episode whose worker died (the
+//! bridge's restarts) starts over from its reset with what it had voided.
+//!
+//! What each caller keeps of an episode (chunk records and masks for GRPO,
+//! frames for the world model, GIFs, recorded episodes, results) it keeps
+//! through an [`EpisodeObserver`]; the runner owns the schedule, the seeds
+//! and the restarts, so both callers get them the same way.
+//!
+//! The policy's sampling seed for a call is `seed * φ64 + ((wave << 32) |
+//! call)`, where `call` counts the policy calls of the current wave. With
+//! [`Schedule::Waves`] (training) a wave is one slot-sized batch of
+//! episodes, reset together and run until all have ended; with
+//! [`Schedule::Refill`] (evaluation) a slot is refilled as soon as its
+//! episode ends and the whole run is one wave.
+
+use std::time::Instant;
+
+use wmrl_env::{Observation, ResetRequest, StepResult, VecEnv};
+
+use crate::{ACTION_DIM, Policy, PolicyInput, Result, Sample};
+
+/// When free slots get the next episodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Reset a full batch of slots together and run it until every episode
+    /// in it has ended (each wave restarts the call counter of the seeds).
+    Waves,
+    /// Give a slot the next episode as soon as its episode ends.
+    Refill,
+}
+
+/// How to run the episodes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunOptions {
+    /// Sampling temperature (`<= 0`: greedy).
+    pub temperature: f32,
+    /// Base of every policy call's sampling seed.
+    pub seed: u64,
+    pub schedule: Schedule,
+    /// Actions executed per policy call (0 or more than the chunk: the
+    /// whole chunk).
+    pub execute_steps: usize,
+    /// Steps after which an episode ends (0: only the environment's own
+    /// limit ends it).
+    pub max_steps: usize,
+    /// Render at the step that reaches `max_steps` (where the last frame is
+    /// looked at, e.g. by the world model).
+    pub observe_at_cap: bool,
+    /// Render at every step (GIFs, recorded episodes).
+    pub observe_every_step: bool,
+    /// Call [`Policy::sample_with_features`] and hand each sample's action
+    /// head inputs to the observer (samples are the same either way).
+    pub keep_features: bool,
+}
+
+impl RunOptions {
+    /// Options for `temperature` and `seed`: refill schedule, whole chunks,
+    /// no cap of its own, frames only where the policy looks.
+    pub fn new(temperature: f32, seed: u64) -> Self {
+        Self {
+            temperature,
+            seed,
+            schedule: Schedule::Refill,
+            execute_steps: 0,
+            max_steps: 0,
+            observe_at_cap: false,
+            observe_every_step: false,
+            keep_features: false,
+        }
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RunStats {
+    /// Policy calls (one batched forward pass each).
+    pub policy_batches: u64,
+    /// Policy rows (one per running slot and call).
+    pub policy_rows: u64,
+    pub env_steps: u64,
+    /// Episodes restarted after their worker died.
+    pub restarts: u64,
+    pub policy_seconds: f64,
+    pub env_seconds: f64,
+}
+
+/// What a caller keeps of its episodes. `ep` is the episode's index in the
+/// request list. Every method but [`Self::ended`] defaults to nothing.
+pub trait EpisodeObserver {
+    /// Episode `ep` was reset and starts at `obs`.
+    fn started(&mut self, ep: usize, obs: &Observation) {
+        let _ = (ep, obs);
+    }
+    /// The policy was called at `obs`: `input` is what it saw, `sample`
+    /// what it drew, `features` its action head inputs when asked for.
+    fn called(
+        &mut self,
+        ep: usize,
+        obs: &Observation,
+        input: PolicyInput,
+        sample: &Sample,
+        features: Option<Vec<f32>>,
+    ) {
+        let _ = (ep, obs, input, sample, features);
+    }
+    /// One action was executed from `before`, giving `result`; `step` is
+    /// the episode's step count after it.
+    fn stepped(
+        &mut self,
+        ep: usize,
+        before: &Observation,
+        action: &[f32; ACTION_DIM],
+        result: &StepResult,
+        step: usize,
+    ) {
+        let _ = (ep, before, action, result, step);
+    }
+    /// The current chunk of `ep` is over after `executed` of its actions;
+    /// `obs` is the latest observation. Not called for a chunk voided by a
+    /// restart.
+    fn chunk_done(&mut self, ep: usize, executed: usize, ended: bool, obs: &Observation) {
+        let _ = (ep, executed, ended, obs);
+    }
+    /// The worker of `ep` died: the episode starts over from its reset at
+    /// `obs`, and everything kept of it so far is void.
+    fn restarted(&mut self, ep: usize, obs: &Observation) {
+        let _ = (ep, obs);
+    }
+    /// Episode `ep` ended with `last` (success, limit or cap) after `steps`.
+    fn ended(&mut self, ep: usize, last: &StepResult, steps: usize) -> Result<()>;
+}
+
+struct Slot {
+    ep: usize,
+    obs: Observation,
+    prev_frame: Option<wmrl_env::Frame>,
+    steps: usize,
+}
+
+/// Run the episodes of `requests` (one reset each, in order) with `policy`
+/// on `env`, telling `observer` what happens. Deterministic for given
+/// options and environment: the schedule fixes which slots run together.
+pub fn run_episodes(
+    policy: &Policy,
+    env: &mut dyn VecEnv,
+    requests: &[ResetRequest],
+    opts: &RunOptions,
+    observer: &mut dyn EpisodeObserver,
+) -> Result<RunStats> {
+    let spec = env.spec().clone();
+    let chunk = policy.config().chunk;
+    let exec = if opts.execute_steps == 0 {
+        chunk
+    } else {
+        opts.execute_steps.min(chunk)
+    };
+    let n_slots = env.num_envs().max(1);
+    let mut slots: Vec<Option<Slot>> = (0..n_slots).map(|_| None).collect();
+    let mut stats = RunStats::default();
+    let mut next = 0usize;
+    let mut wave = 0u64;
+    let mut call = 0u64;
+    loop {
+        let all_free = slots.iter().all(Option::is_none);
+        let refill = match opts.schedule {
+            Schedule::Refill => true,
+            Schedule::Waves => all_free,
+        };
+        if refill && next < requests.len() {
+            if opts.schedule == Schedule::Waves && next > 0 {
+                wave += 1;
+                call = 0;
+            }
+            let mut reqs = Vec::new();
+            for (slot, s) in slots.iter().enumerate() {
+                if s.is_none() && next < requests.len() {
+                    reqs.push((slot, next));
+                    next += 1;
+                }
+            }
+            let pairs: Vec<(usize, ResetRequest)> =
+                reqs.iter().map(|&(s, ep)| (s, requests[ep])).collect();
+            let t = Instant::now();
+            let obs = env.reset(&pairs)?;
+            stats.env_seconds += t.elapsed().as_secs_f64();
+            // Restarts reported during a reset are already behind its fresh
+            // observations (and stale ones must not void this chunk).
+            env.take_restarts();
+            for ((slot, ep), o) in reqs.into_iter().zip(obs) {
+                observer.started(ep, &o);
+                slots[slot] = Some(Slot {
+                    ep,
+                    obs: o,
+                    prev_frame: None,
+                    steps: 0,
+                });
+            }
+        }
+        let active: Vec<usize> = (0..n_slots).filter(|&i| slots[i].is_some()).collect();
+        if active.is_empty() {
+            break;
+        }
+        let inputs: Vec<PolicyInput> = active
+            .iter()
+            .filter_map(|&i| slots[i].as_ref())
+            .map(|r| {
+                let task = requests[r.ep].task;
+                let instruction = spec
+                    .tasks
+                    .get(task)
+                    .map(|t| t.instruction.as_str())
+                    .unwrap_or_default();
+                PolicyInput::from_observation(instruction, &r.obs, r.prev_frame.clone())
+            })
+            .collect();
+        let call_seed = opts
+            .seed
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add((wave << 32) | call);
+        let t = Instant::now();
+        let (samples, mut features) = if opts.keep_features {
+            policy.sample_with_features(&inputs, opts.temperature, call_seed)?
+        } else {
+            (
+                policy.sample(&inputs, opts.temperature, call_seed)?,
+                Vec::new(),
+            )
+        };
+        stats.policy_seconds += t.elapsed().as_secs_f64();
+        stats.policy_batches += 1;
+        stats.policy_rows += active.len() as u64;
+        call += 1;
+        for (k, (&slot, input)) in active.iter().zip(inputs).enumerate() {
+            if let Some(r) = slots[slot].as_mut() {
+                r.prev_frame = input.frames.first().cloned();
+                let f = features.get_mut(k).map(std::mem::take);
+                observer.called(r.ep, &r.obs, input, &samples[k], f);
+            }
+        }
+        // (slot, row in this call, actions executed of the chunk)
+        let mut live: Vec<(usize, usize, usize)> =
+            active.iter().enumerate().map(|(k, &s)| (s, k, 0)).collect();
+        let mut finished: Vec<(usize, usize, bool)> = Vec::new();
+        for j in 0..exec {
+            if live.is_empty() {
+                break;
+            }
+            let acts: Vec<(usize, Vec<f32>)> = live
+                .iter()
+                .map(|&(s, k, _)| (s, samples[k].actions[j].to_vec()))
+                .collect();
+            // Frames only where something looks at them: the policy's next
+            // call (the chunk's last step), the cap's step when asked, every
+            // step when asked; the environment renders its own episode ends.
+            let at_cap = opts.observe_at_cap
+                && opts.max_steps > 0
+                && live.iter().any(|&(s, _, _)| {
+                    slots[s]
+                        .as_ref()
+                        .is_some_and(|r| r.steps + 1 >= opts.max_steps)
+                });
+            let observe = j + 1 == exec || opts.observe_every_step || at_cap;
+            let t = Instant::now();
+            let out = env.step_observing(&acts, observe)?;
+            stats.env_seconds += t.elapsed().as_secs_f64();
+            stats.env_steps += out.len() as u64;
+            let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();
+            let mut still = Vec::with_capacity(live.len());
+            for ((s, k, done), res) in live.into_iter().zip(out) {
+                let Some(r) = slots[s].as_mut() else { continue };
+                if restarted.contains(&s) {
+                    // The worker died: the episode starts over from its
+                    // reset; what was collected of it is void.
+                    stats.restarts += 1;
+                    r.steps = 0;
+                    r.prev_frame = None;
+                    r.obs = res.obs;
+                    observer.restarted(r.ep, &r.obs);
+                    continue;
+                }
+                r.steps += 1;
+                observer.stepped(r.ep, &r.obs, &samples[k].actions[j], &res, r.steps);
+                let capped = opts.max_steps > 0 && r.steps >= opts.max_steps;
+                let ended = res.done || res.truncated || capped;
+                if ended {
+                    observer.ended(r.ep, &res, r.steps)?;
+                }
+                r.obs = res.obs;
+                if ended {
+                    finished.push((s, done + 1, true));
+                } else {
+                    still.push((s, k, done + 1));
+                }
+            }
+            live = still;
+        }
+        for (s, done, ended) in live
+            .into_iter()
+            .map(|(s, _, d)| (s, d, false))
+            .chain(finished)
+        {
+            if let Some(r) = slots[s].as_ref() {
+                observer.chunk_done(r.ep, done, ended, &r.obs);
+            }
+            if ended {
+                slots[s] = None;
+            }
+        }
+    }
+    Ok(stats)
+}

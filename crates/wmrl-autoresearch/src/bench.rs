@@ -79,43 +79,68 @@ pub fn summarize(reports: &[TrainReport]) -> Vec<ArmSummary> {
         .collect()
 }
 
-/// Mean curve of one arm: (train CPU seconds, held-out position) per eval.
-pub fn mean_curve(reports: &[TrainReport], arm: ArArm) -> Vec<(f64, f64)> {
+/// One point of an arm's curve over seeds: mean training sandbox CPU
+/// seconds, mean held-out position, and that mean's 95% t-interval half-width
+/// over seeds (NaN for one seed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CurvePoint {
+    pub cpu_secs: f64,
+    pub position: f64,
+    pub ci95: f64,
+}
+
+/// Mean curve of one arm over its seeds, one point per evaluation.
+pub fn mean_curve(reports: &[TrainReport], arm: ArArm) -> Vec<CurvePoint> {
     let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.arm == arm).collect();
     let k = rs.iter().map(|r| r.evals.len()).min().unwrap_or(0);
     (0..k)
         .map(|i| {
             let n = rs.len() as f64;
-            (
-                rs.iter().map(|r| r.evals[i].train_cpu_secs).sum::<f64>() / n,
-                rs.iter().map(|r| r.evals[i].heldout_position).sum::<f64>() / n,
-            )
+            let (position, ci95) = mean_ci95(
+                &rs.iter()
+                    .map(|r| r.evals[i].heldout_position)
+                    .collect::<Vec<_>>(),
+            );
+            CurvePoint {
+                cpu_secs: rs.iter().map(|r| r.evals[i].train_cpu_secs).sum::<f64>() / n,
+                position,
+                ci95,
+            }
         })
         .collect()
 }
 
-/// Held-out score against training sandbox CPU seconds, one line per arm.
+/// Held-out score against training sandbox CPU seconds, one line per arm
+/// (the mean over seeds) in a shaded band (its 95% t-interval over seeds).
 pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
     use plotters::prelude::*;
     let err = |e: &dyn std::fmt::Display| Error::Config(format!("plot {}: {e}", path.display()));
-    let curves: Vec<(ArArm, Vec<(f64, f64)>)> = ArArm::ALL
+    let curves: Vec<(ArArm, Vec<CurvePoint>)> = ArArm::ALL
         .iter()
         .map(|&a| (a, mean_curve(reports, a)))
         .filter(|(_, c)| !c.is_empty())
         .collect();
+    let half = |p: &CurvePoint| if p.ci95.is_finite() { p.ci95 } else { 0.0 };
     let xmax = curves
         .iter()
-        .flat_map(|(_, c)| c.iter().map(|p| p.0))
+        .flat_map(|(_, c)| c.iter().map(|p| p.cpu_secs))
         .fold(1.0f64, f64::max)
         * 1.05;
-    let ys = curves.iter().flat_map(|(_, c)| c.iter().map(|p| p.1));
-    let (ymin, ymax) = ys.fold((1.0f64, 0.0f64), |(lo, hi), y| (lo.min(y), hi.max(y)));
+    let (ymin, ymax) = curves
+        .iter()
+        .flat_map(|(_, c)| c.iter())
+        .fold((1.0f64, 0.0f64), |(lo, hi), p| {
+            (lo.min(p.position - half(p)), hi.max(p.position + half(p)))
+        });
     let root = BitMapBackend::new(path, (800, 500)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
+    let n_seeds = reports.iter().map(|r| r.seed).max().map_or(0, |m| m + 1);
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "AutoResearch: held-out position score vs sandbox CPU-seconds",
-            ("sans-serif", 20),
+            format!(
+                "AutoResearch: held-out position vs sandbox CPU-s (mean, 95% band over {n_seeds} seeds)"
+            ),
+            ("sans-serif", 18),
         )
         .margin(15)
         .x_label_area_size(40)
@@ -129,15 +154,30 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
         .draw()
         .map_err(|e| err(&e))?;
     let colors = [RED, BLUE, GREEN];
+    for (i, (_, c)) in curves.iter().enumerate() {
+        // The band: upper edge forward, lower edge back.
+        let band: Vec<(f64, f64)> = c
+            .iter()
+            .map(|p| (p.cpu_secs, p.position + half(p)))
+            .chain(c.iter().rev().map(|p| (p.cpu_secs, p.position - half(p))))
+            .collect();
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                band,
+                colors[i % 3].mix(0.15).filled(),
+            )))
+            .map_err(|e| err(&e))?;
+    }
     for (i, (arm, c)) in curves.iter().enumerate() {
         let color = colors[i % 3];
+        let pts: Vec<(f64, f64)> = c.iter().map(|p| (p.cpu_secs, p.position)).collect();
         chart
-            .draw_series(LineSeries::new(c.iter().copied(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(|e| err(&e))?
             .label(arm.name())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         chart
-            .draw_series(c.iter().map(|&p| Circle::new(p, 4, color.filled())))
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
             .map_err(|e| err(&e))?;
     }
     chart
@@ -160,6 +200,41 @@ mod tests {
         assert!((m - 2.0).abs() < 1e-12);
         assert!((h - 4.303 * (1.0f64 / 3.0).sqrt()).abs() < 1e-9);
         assert!(mean_ci95(&[1.0]).1.is_nan());
+    }
+
+    #[test]
+    fn curve_points_carry_the_interval_over_seeds() {
+        let run = |seed, positions: &[f64]| TrainReport {
+            arm: ArArm::Real,
+            seed,
+            evals: positions
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| crate::train::EvalPoint {
+                    step: i,
+                    train_cpu_secs: 10.0 * i as f64 + seed as f64,
+                    heldout_position: p,
+                    heldout_reward: p,
+                    valid_fraction: 1.0,
+                })
+                .collect(),
+            steps: Vec::new(),
+            ledger: Default::default(),
+        };
+        let rs = [
+            run(0, &[0.2, 0.5]),
+            run(1, &[0.2, 0.7]),
+            run(2, &[0.2, 0.9]),
+        ];
+        let c = mean_curve(&rs, ArArm::Real);
+        assert_eq!(c.len(), 2);
+        assert!(c[0].ci95.abs() < 1e-12);
+        assert!((c[1].position - 0.7).abs() < 1e-12);
+        assert!((c[1].ci95 - mean_ci95(&[0.5, 0.7, 0.9]).1).abs() < 1e-12);
+        assert!((c[1].cpu_secs - 11.0).abs() < 1e-12);
+        assert!(mean_curve(&rs, ArArm::Wm).is_empty());
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        plot(&rs, &dir.path().join("p.png")).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

@@ -162,6 +162,10 @@ pub enum Sub {
         per_competition: usize,
         #[arg(long)]
         steps: Option<usize>,
+        /// Fraction of each step's groups the `wmrl` arm executes in the
+        /// sandbox (anchors; at least one group a step) [default: 0.1]
+        #[arg(long)]
+        anchor_fraction: Option<wmrl_core::AnchorFraction>,
         #[arg(long, default_value = "runs/autoresearch/bench")]
         out: PathBuf,
         #[command(flatten)]
@@ -385,9 +389,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             seeds,
             per_competition,
             steps,
+            anchor_fraction,
             out,
             common,
-        } => bench(seeds, per_competition, steps, &out, &common)?,
+        } => bench(
+            seeds,
+            per_competition,
+            steps,
+            anchor_fraction,
+            &out,
+            &common,
+        )?,
         Sub::ServeRewards {
             bind,
             arm,
@@ -429,6 +441,7 @@ fn bench(
     seeds: u64,
     per_competition: usize,
     steps: Option<usize>,
+    anchor_fraction: Option<wmrl_core::AnchorFraction>,
     out: &Path,
     common: &Common,
 ) -> anyhow::Result<()> {
@@ -439,6 +452,9 @@ fn bench(
     };
     if let Some(n) = steps {
         cfg.train.steps = n;
+    }
+    if let Some(f) = anchor_fraction {
+        cfg.train.core.anchors.fraction = f;
     }
     let s = suite(common)?;
     let res = run_bench(&cfg, &s, &executor(common)?, out)?;

@@ -370,8 +370,11 @@ pub fn run_bench(
             tracing::info!(mse, "predictor fitted on training competitions");
             write_examples(&train_path, &train_data)?;
             write_examples(&held_path, &held_data)?;
-            // Weights last: their presence marks the stage finished.
-            pred.save(&pred_path)?;
+            // Weights last, through a rename: their presence marks the
+            // stage finished, so a half-written file must never be there.
+            let tmp = pred_path.with_extension("json.tmp");
+            pred.save(&tmp)?;
+            std::fs::rename(&tmp, &pred_path).map_err(crate::error::io_err(&pred_path))?;
             (train_data, held_data, pred)
         };
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
@@ -467,6 +470,22 @@ pub fn run_bench(
 /// earlier start of the same bench (the seed count may grow or shrink).
 fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
     if !path.exists() {
+        // Results without recorded settings (a folder of an older wmrl, or
+        // of something else) cannot be checked, so they are not resumed.
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let stale = std::fs::read_dir(dir)
+            .map_err(crate::error::io_err(dir))?
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| n.starts_with("predictor") || n.ends_with(".report.json"));
+        if let Some(name) = stale {
+            return Err(Error::Config(format!(
+                "{}: holds bench results ({name}) but no bench_config.json, so their \
+                 settings cannot be checked; use another --out, or delete the folder \
+                 to start over",
+                dir.display()
+            )));
+        }
         return write_json(path, cfg);
     }
     let recorded: BenchConfig = read_json(path)?;

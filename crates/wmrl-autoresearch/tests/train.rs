@@ -110,7 +110,23 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
     v["ledger"]["real_cpu_seconds"] = serde_json::json!(12345.0);
     std::fs::write(&done, v.to_string()).unwrap();
+    // And the predictor's data: drop one example; a resumed bench counts
+    // the data it reads back, not data it collected again.
+    let data = out.join("predictor_train.jsonl");
+    let text = std::fs::read_to_string(&data).unwrap();
+    let kept: Vec<&str> = text.lines().skip(1).collect();
+    std::fs::write(&data, kept.join("\n")).unwrap();
+    let kept_cpu: f64 = kept
+        .iter()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["cpu_secs"]
+                .as_f64()
+                .unwrap()
+        })
+        .sum();
     let again = run_bench(&cfg, &suite, &ex, &out).unwrap();
+    assert!((again.predictor_data_cpu_secs - kept_cpu).abs() < 1e-9);
+    assert!(again.predictor_data_cpu_secs < first.predictor_data_cpu_secs);
     let wmrl = again.reports.iter().find(|r| r.arm == ArArm::Wmrl).unwrap();
     assert_eq!(wmrl.ledger.real_cpu_seconds, 12345.0);
     let real = |res: &wmrl_autoresearch::bench::BenchResult| {
@@ -131,6 +147,15 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("per_competition"), "{err}");
+    // Results without recorded settings are not resumed.
+    std::fs::remove_file(out.join("bench_config.json")).unwrap();
+    let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
+    assert!(err.contains("no bench_config.json"), "{err}");
+    std::fs::write(
+        out.join("bench_config.json"),
+        serde_json::to_string(&cfg).unwrap(),
+    )
+    .unwrap();
     // A corrupt run file is an error that names it, not a silent rerun.
     std::fs::write(&done, "{ truncated").unwrap();
     let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();

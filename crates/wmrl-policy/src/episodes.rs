@@ -164,11 +164,12 @@ pub fn run_episodes(
     let mut wave = 0u64;
     let mut call = 0u64;
     loop {
-        let all_free = slots.iter().all(Option::is_none);
         let refill = match opts.schedule {
-            Schedule::Refill => true,
-            Schedule::Waves => all_free,
+            Schedule::Refill => slots.iter().any(Option::is_none),
+            Schedule::Waves => slots.iter().all(Option::is_none),
         };
+        // No reset call at all when no slot is free (as neither of the two
+        // loops this runner replaced made one).
         if refill && next < requests.len() {
             if opts.schedule == Schedule::Waves && next > 0 {
                 wave += 1;

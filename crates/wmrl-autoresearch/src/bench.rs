@@ -9,22 +9,14 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::train::{ArArm, TrainReport};
 
-/// Mean and half-width of the 95% t-interval.
+/// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
+/// the robot track's too); NaN for no values, a NaN half-width for one.
 pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len();
-    if n == 0 {
-        return (f64::NAN, f64::NAN);
+    match wmrl_core::stats::MeanCi::of(xs) {
+        None => (f64::NAN, f64::NAN),
+        Some(c) if c.n < 2 => (c.mean, f64::NAN),
+        Some(c) => (c.mean, c.hi - c.mean),
     }
-    let m = xs.iter().sum::<f64>() / n as f64;
-    if n < 2 {
-        return (m, f64::NAN);
-    }
-    let var = xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1) as f64;
-    const T: [f64; 10] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    ];
-    let t = T.get(n - 2).copied().unwrap_or(1.96);
-    (m, t * (var / n as f64).sqrt())
 }
 
 /// One arm over its seeds.

@@ -45,7 +45,7 @@ enum Command {
     /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
     ServeSim(cmd::serve_sim::Args),
     /// AutoResearch track: MLE-Dojo-style competitions, sandboxed execution,
-    /// outcome predictor, `train --arm {real,wm,wmrl}`, `bench --seeds 3`.
+    /// outcome predictor, `train --arm {real,wm,wmrl}`, `bench --seeds 5` (resumable).
     Autoresearch(cmd::autoresearch::Args),
 }
 

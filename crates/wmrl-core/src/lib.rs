@@ -19,6 +19,7 @@ pub mod diagnostics;
 mod error;
 pub mod ledger;
 pub mod rng;
+pub mod stats;
 pub mod weight;
 
 pub use advantage::group_advantages;

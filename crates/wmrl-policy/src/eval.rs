@@ -84,7 +84,7 @@ pub struct RateSummary {
 
 impl RateSummary {
     pub fn new(successes: usize, episodes: usize) -> Self {
-        let (ci_low, ci_high) = wilson_interval(successes, episodes, 1.959_963_984_540_054);
+        let (ci_low, ci_high) = wilson_interval(successes, episodes, wmrl_core::stats::Z_95);
         Self {
             episodes,
             successes,
@@ -164,19 +164,7 @@ impl EvalReport {
     }
 }
 
-/// Wilson score interval for `successes` out of `n` at normal quantile `z`.
-pub fn wilson_interval(successes: usize, n: usize, z: f64) -> (f64, f64) {
-    if n == 0 {
-        return (0.0, 1.0);
-    }
-    let nf = n as f64;
-    let p = successes as f64 / nf;
-    let z2 = z * z;
-    let denom = 1.0 + z2 / nf;
-    let centre = (p + z2 / (2.0 * nf)) / denom;
-    let half = z * (p * (1.0 - p) / nf + z2 / (4.0 * nf * nf)).sqrt() / denom;
-    ((centre - half).max(0.0), (centre + half).min(1.0))
-}
+pub use wmrl_core::stats::wilson_interval;
 
 /// What evaluation keeps of a running episode.
 #[derive(Clone)]

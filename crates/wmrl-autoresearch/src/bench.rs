@@ -402,7 +402,12 @@ pub fn run_bench(
                 reports.push(r);
                 continue;
             }
-            let r = crate::train::train(
+            let refit = crate::train::PredictorRefit {
+                data: &train_data,
+                config: &cfg.predictor,
+                onnx_path: out.join(format!("predictor_{}_seed{seed}.onnx", arm.name())),
+            };
+            let r = crate::train::train_with_refit(
                 &cfg.train,
                 arm,
                 seed,
@@ -410,6 +415,7 @@ pub fn run_bench(
                 ex,
                 Some(&onnx),
                 Some(&out.join(format!("{}_seed{seed}.jsonl", arm.name()))),
+                Some(&refit),
             )?;
             tracing::info!(
                 arm = arm.name(),

@@ -77,6 +77,11 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Samples per held-out competition at each evaluation.
     pub eval_samples: usize,
+    /// Beyond the paper (off at 0): every this many steps, the `wm` and
+    /// `wmrl` arms refit the outcome predictor on its own training data plus
+    /// every anchor execution of the run so far, re-export it to ONNX and
+    /// score with it from then on. Needs [`train_with_refit`]'s data.
+    pub refit_predictor_every: usize,
     pub policy: PolicyConfig,
     pub core: CoreConfig,
 }
@@ -89,6 +94,7 @@ impl Default for TrainConfig {
             group_size: 4,
             eval_every: 4,
             eval_samples: 4,
+            refit_predictor_every: 0,
             policy: PolicyConfig::default(),
             core: small_scale_core(),
         }
@@ -303,6 +309,15 @@ pub fn evaluate(
     Ok((pos, rew, valid))
 }
 
+/// What refitting the predictor during a run needs
+/// ([`TrainConfig::refit_predictor_every`]): the data it was first fitted on,
+/// its settings, and where each refit's ONNX file goes.
+pub struct PredictorRefit<'a> {
+    pub data: &'a [crate::predictor::Example],
+    pub config: &'a crate::predictor::PredictorConfig,
+    pub onnx_path: std::path::PathBuf,
+}
+
 /// Train one arm with one seed. `predictor` (the exported ONNX file, scored
 /// through ONNX Runtime) is required for `wm` and `wmrl`.
 /// Step metrics go to `metrics` as JSONL when given.
@@ -315,6 +330,32 @@ pub fn train(
     predictor: Option<&OnnxPredictor>,
     metrics: Option<&Path>,
 ) -> Result<TrainReport> {
+    train_with_refit(cfg, arm, seed, suite, executor, predictor, metrics, None)
+}
+
+/// [`train`], refitting the predictor every
+/// [`TrainConfig::refit_predictor_every`] steps from `refit`'s data plus the
+/// run's anchor executions (an error when that is set and `refit` is not).
+#[allow(clippy::too_many_arguments)]
+pub fn train_with_refit(
+    cfg: &TrainConfig,
+    arm: ArArm,
+    seed: u64,
+    suite: &Suite,
+    executor: &Executor,
+    predictor: Option<&OnnxPredictor>,
+    metrics: Option<&Path>,
+    refit: Option<&PredictorRefit<'_>>,
+) -> Result<TrainReport> {
+    let refits = cfg.refit_predictor_every > 0 && arm != ArArm::Real;
+    if refits && refit.is_none() {
+        return Err(Error::Config(
+            "refit_predictor_every is set but the run was given no predictor data to refit on"
+                .into(),
+        ));
+    }
+    let mut refitted: Option<OnnxPredictor> = None;
+    let mut anchor_data: Vec<crate::predictor::Example> = Vec::new();
     if arm != ArArm::Real && predictor.is_none() {
         return Err(Error::Config(format!(
             "arm {} needs an outcome predictor",
@@ -385,12 +426,45 @@ pub fn train(
             let mut sc = StepScorers {
                 suite,
                 executor,
-                predictor,
+                predictor: refitted.as_ref().or(predictor),
                 groups: &groups,
                 ledger: &mut ledger,
             };
             core.step(&sizes, None, &mut sc)?
         };
+        if let (true, Some(r)) = (refits, refit) {
+            for (&g, real) in outcome.anchors.iter().zip(&outcome.real) {
+                let (c, samples) = &groups[g];
+                let comp = &suite.competitions[*c];
+                for (s, y) in samples.iter().zip(real) {
+                    if let Some(y) = y {
+                        anchor_data.push(crate::predictor::Example {
+                            competition: comp.name().to_string(),
+                            meta: comp.meta.meta_features.clone(),
+                            solution: s.solution,
+                            reward: *y,
+                            cpu_secs: 0.0,
+                        });
+                    }
+                }
+            }
+            if step % cfg.refit_predictor_every == 0 && !anchor_data.is_empty() {
+                let t = Instant::now();
+                let all: Vec<crate::predictor::Example> =
+                    r.data.iter().chain(&anchor_data).cloned().collect();
+                let (p, mse) = crate::predictor::Predictor::train(r.config, &all)?;
+                refitted = Some(OnnxPredictor::export_and_load(&p, &r.onnx_path)?);
+                ledger.record(Stage::Update, 0, t.elapsed().as_secs_f64());
+                tracing::info!(
+                    arm = arm.name(),
+                    seed,
+                    step,
+                    anchors = anchor_data.len(),
+                    mse,
+                    "predictor refitted"
+                );
+            }
+        }
         let mut batch = Vec::new();
         for (g, (c, samples)) in groups.iter().enumerate() {
             for (k, s) in samples.iter().enumerate() {

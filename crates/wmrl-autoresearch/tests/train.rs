@@ -72,6 +72,44 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
                 .all(|e| (0.0..=1.0).contains(&e.heldout_position))
         );
     }
+    // Refitting the predictor on the run's anchors (beyond the paper):
+    // refused without its data; with it, the refitted ONNX file is written
+    // and scores the later steps, so `wmrl`'s world-model rewards differ.
+    let refit_cfg = TrainConfig {
+        refit_predictor_every: 1,
+        ..cfg.clone()
+    };
+    assert!(train(&refit_cfg, ArArm::Wmrl, 7, &suite, &ex, Some(&onnx), None).is_err());
+    let pcfg = PredictorConfig {
+        epochs: 50,
+        ..Default::default()
+    };
+    let refit = wmrl_autoresearch::train::PredictorRefit {
+        data: &data,
+        config: &pcfg,
+        onnx_path: cache.path().join("refit.onnx"),
+    };
+    let plain = train(&cfg, ArArm::Wmrl, 7, &suite, &ex, Some(&onnx), None).unwrap();
+    let refitted = wmrl_autoresearch::train::train_with_refit(
+        &refit_cfg,
+        ArArm::Wmrl,
+        7,
+        &suite,
+        &ex,
+        Some(&onnx),
+        None,
+        Some(&refit),
+    )
+    .unwrap();
+    assert!(cache.path().join("refit.onnx").exists());
+    assert_eq!(
+        plain.steps[0], refitted.steps[0],
+        "step 1 scores with the first fit"
+    );
+    assert_ne!(
+        plain.steps[1].mean_reward_seen, refitted.steps[1].mean_reward_seen,
+        "step 2 scores with the refitted predictor"
+    );
 }
 
 #[test]

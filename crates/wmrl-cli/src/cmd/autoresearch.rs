@@ -166,6 +166,10 @@ pub enum Sub {
         /// sandbox (anchors; at least one group a step) [default: 0.1]
         #[arg(long)]
         anchor_fraction: Option<wmrl_core::AnchorFraction>,
+        /// Beyond the paper: the `wm` and `wmrl` arms refit the predictor on
+        /// its data plus the run's anchor executions every N steps (0: never)
+        #[arg(long, default_value_t = 0)]
+        refit_predictor_every: usize,
         #[arg(long, default_value = "runs/autoresearch/bench")]
         out: PathBuf,
         #[command(flatten)]
@@ -390,6 +394,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             per_competition,
             steps,
             anchor_fraction,
+            refit_predictor_every,
             out,
             common,
         } => bench(
@@ -397,6 +402,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             per_competition,
             steps,
             anchor_fraction,
+            refit_predictor_every,
             &out,
             &common,
         )?,
@@ -442,6 +448,7 @@ fn bench(
     per_competition: usize,
     steps: Option<usize>,
     anchor_fraction: Option<wmrl_core::AnchorFraction>,
+    refit_predictor_every: usize,
     out: &Path,
     common: &Common,
 ) -> anyhow::Result<()> {
@@ -456,6 +463,7 @@ fn bench(
     if let Some(f) = anchor_fraction {
         cfg.train.core.anchors.fraction = f;
     }
+    cfg.train.refit_predictor_every = refit_predictor_every;
     let s = suite(common)?;
     let res = run_bench(&cfg, &s, &executor(common)?, out)?;
     print!("{}", res.table());

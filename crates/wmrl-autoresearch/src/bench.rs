@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::train::{ArArm, TrainReport};
+use crate::train::{ArArm, StepLog, TrainReport};
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
 /// the robot track's too); NaN for no values, a NaN half-width for one.
@@ -317,6 +317,33 @@ impl BenchResult {
             "predictor data (once, shared by wm and wmrl): {:.1} sandbox CPU-s\n",
             self.predictor_data_cpu_secs
         );
+        s += "mean curve over seeds (training sandbox CPU-s: held-out position):\n";
+        for a in &self.summary {
+            let pts: Vec<String> = mean_curve(&self.reports, a.arm)
+                .iter()
+                .map(|p| format!("{:.1}: {:.3}", p.cpu_secs, p.position))
+                .collect();
+            s += &format!("  {:<6} {}\n", a.arm.name(), pts.join(", "));
+        }
+        s += "per run (anchor-group disagreement, mean over the first quarter of steps -> the second half; 1 = no ranking):\n";
+        for r in &self.reports {
+            let mean = |xs: &[StepLog]| {
+                let v: Vec<f64> = xs.iter().filter_map(|x| x.disagreement).collect();
+                (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+            };
+            let n = r.steps.len();
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+            s += &format!(
+                "  {:<6} seed {}: position {:.3}, disagreement {} -> {}, max weight {:.2}, final entropy {}\n",
+                r.arm.name(),
+                r.seed,
+                r.final_position(),
+                f(mean(&r.steps[..n.div_ceil(4).min(n)])),
+                f(mean(&r.steps[n / 2..])),
+                r.steps.iter().map(|x| x.weight).fold(0.0, f64::max),
+                f(r.steps.last().map(|x| x.entropy)),
+            );
+        }
         s
     }
 }

@@ -313,15 +313,22 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
     }
 
     // Paired differences by seed: every arm against full-label `sparse` and
-    // the shuffled control, `wmrl` against `sparse_scarce` at equal labels.
+    // the shuffled control, `wmrl` against `sparse_scarce` at equal labels,
+    // and every other world-model arm against `dense_raw` (what anchors and
+    // calibration add over the raw score).
     let mut paired_md = String::new();
     let find = |name: &str| results.iter().find(|r| r.name == name);
     let mut pairs: Vec<(&str, &str)> = Vec::new();
-    for base in ["sparse", "sparse_shuffled", "sparse_scarce"] {
+    for base in ["sparse", "sparse_shuffled", "sparse_scarce", "dense_raw"] {
         for r in &results {
             let scarce_wm = r.arm.uses_world_model()
                 && r.runs.first().is_some_and(|x| x.label_regime == "scarce");
-            if r.name != base && (base != "sparse_scarce" || scarce_wm) {
+            let wanted = match base {
+                "sparse_scarce" => scarce_wm,
+                "dense_raw" => r.arm.uses_world_model(),
+                _ => true,
+            };
+            if r.name != base && wanted {
                 pairs.push((r.name.as_str(), base));
             }
         }

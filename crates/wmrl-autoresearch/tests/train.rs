@@ -9,16 +9,22 @@ use wmrl_autoresearch::onnx_predictor::{FILE_NAME, OnnxPredictor};
 use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
 use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
 
-#[test]
-fn each_arm_runs_end_to_end_and_spends_what_it_should() {
+/// The shipped suite, and an executor with a replay cache under `dir`.
+fn suite_and_executor(dir: &std::path::Path) -> (Suite, Executor) {
     let suite = Suite::load(&default_suite_dir()).unwrap();
-    let cache = tempfile::tempdir().unwrap();
     let ex = Executor::new(
         Sandbox::new(SandboxConfig::default()).unwrap(),
         Ladder::default(),
     )
-    .with_cache(&cache.path().join("cache.jsonl"))
+    .with_cache(&dir.join("cache.jsonl"))
     .unwrap();
+    (suite, ex)
+}
+
+#[test]
+fn each_arm_runs_end_to_end_and_spends_what_it_should() {
+    let cache = tempfile::tempdir().unwrap();
+    let (suite, ex) = suite_and_executor(cache.path());
     let data = collect(&suite, &ex, Split::Train, 1, 3).unwrap();
     assert_eq!(data.len(), suite.indices(Split::Train).len());
     assert!(
@@ -115,14 +121,8 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
 #[test]
 fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     use wmrl_autoresearch::bench::{BenchConfig, run_bench};
-    let suite = Suite::load(&default_suite_dir()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let ex = Executor::new(
-        Sandbox::new(SandboxConfig::default()).unwrap(),
-        Ladder::default(),
-    )
-    .with_cache(&dir.path().join("cache.jsonl"))
-    .unwrap();
+    let (suite, ex) = suite_and_executor(dir.path());
     let cfg = BenchConfig {
         seeds: 1,
         per_competition: 1,

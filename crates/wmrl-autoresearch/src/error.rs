@@ -25,6 +25,10 @@ pub enum Error {
     Sandbox(String),
     #[error("model: {0}")]
     Model(#[from] candle_core::Error),
+    /// The policy update (a non-finite loss or gradient leaves the policy
+    /// untouched).
+    #[error("policy update: {0}")]
+    Update(#[from] wmrl_grpo::GrpoError),
     /// Exporting the predictor to ONNX, or loading or running it through
     /// ONNX Runtime (the message names the file).
     #[error("onnx predictor: {0}")]

@@ -6,10 +6,10 @@
 //! bonus (shared/METHOD.md step 7).
 
 use candle_core::{D, Device, Tensor, Var};
-use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use wmrl_grpo::{AdamW, ObjectiveInputs, OptimConfig};
 
 use crate::competition::N_META;
 use crate::error::Result;
@@ -100,13 +100,28 @@ impl Policy {
             .iter()
             .map(|v| v.as_tensor().detach().copy())
             .collect::<candle_core::Result<Vec<_>>>()?;
+        let named: Vec<(String, Var)> = ["torso.w", "torso.b", "head.w", "head.b"]
+            .into_iter()
+            .map(String::from)
+            .zip(vars)
+            .collect();
+        // The shared AdamW with candle-nn's AdamW defaults (betas 0.9 /
+        // 0.999, eps 1e-8), no weight decay, a constant rate and no
+        // clipping: the update this policy was benchmarked with.
         let opt = AdamW::new(
-            vars,
-            ParamsAdamW {
+            &named,
+            OptimConfig {
                 lr: cfg.lr,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
                 weight_decay: 0.0,
-                ..Default::default()
+                warmup_steps: 0,
+                total_steps: 0,
+                min_lr_ratio: 1.0,
+                max_grad_norm: 0.0,
             },
+            &[],
         )?;
         Ok(Self {
             cfg,
@@ -228,30 +243,35 @@ impl Policy {
             dev,
         )?;
         let ref_lp = (self.log_probs_all(&metas, true)? * &mask)?.sum(1)?;
-        let (lo, hi) = (1.0 - self.cfg.clip_eps, 1.0 + self.cfg.clip_eps_high);
+        let weights = wmrl_grpo::Objective {
+            clip_low: self.cfg.clip_eps,
+            clip_high: self.cfg.clip_eps_high,
+            kl_beta: self.cfg.kl_beta,
+            entropy_coef: self.cfg.entropy_coef,
+        };
         for _ in 0..self.cfg.inner_epochs.max(1) {
             let all = self.log_probs_all(&metas, false)?;
+            // A solution's log-prob is the sum over its slots' choices; its
+            // entropy the sum of the slots' entropies.
             let lp = (&all * &mask)?.sum(1)?;
-            let ratio = (&lp - &old)?.exp()?;
-            let s1 = (&ratio * &adv)?;
-            let s2 = (ratio.clamp(lo, hi)? * &adv)?;
-            let surrogate = s1.minimum(&s2)?.mean_all()?;
-            let r = (&ref_lp - &lp)?;
-            let kl = ((r.exp()? - &r)? - 1.0)?.mean_all()?;
-            let entropy = ((all.exp()? * &all)?.sum(1)?.neg()?).mean_all()?;
-            let loss = ((surrogate.neg()? + (kl.clone() * self.cfg.kl_beta)?)?
-                - (entropy.clone() * self.cfg.entropy_coef)?)?;
-            self.opt.backward_step(&loss)?;
-            let rv: Vec<f32> = ratio.to_vec1()?;
+            let entropy = (all.exp()? * &all)?.sum(1)?.neg()?;
+            let (loss, s) = wmrl_grpo::objective(
+                &ObjectiveInputs {
+                    logprobs: &lp,
+                    old_logprobs: &old,
+                    advantages: &adv,
+                    reference: Some(&ref_lp),
+                    entropy: &entropy,
+                    mask: None,
+                },
+                &weights,
+            )?;
+            self.opt.step(&loss)?;
             stats = UpdateStats {
-                loss: loss.to_scalar::<f32>()? as f64,
-                kl: kl.to_scalar::<f32>()? as f64,
-                entropy: entropy.to_scalar::<f32>()? as f64,
-                clip_frac: rv
-                    .iter()
-                    .filter(|&&x| (x as f64) < lo || (x as f64) > hi)
-                    .count() as f64
-                    / rv.len() as f64,
+                loss: s.loss,
+                kl: s.kl_ref,
+                entropy: s.entropy,
+                clip_frac: s.clip_frac,
             };
         }
         Ok(stats)

@@ -14,14 +14,17 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use wmrl_core::{Arm, CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers, Stage};
+use wmrl_core::{
+    Arm, CoreConfig, CorrectionLoop, Ledger, Run, Schedule, ScorerError, Scorers, Stage,
+    StepOutcome, Track,
+};
 
 use crate::competition::{Competition, Split, Suite};
 use crate::error::{Error, Result, io_err};
 use crate::execute::{Executor, Outcome};
 use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
-use crate::policy::{Policy, PolicyConfig, Sample, Transition};
+use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::input;
 
 /// The three arms of the AutoResearch benchmark.
@@ -318,6 +321,180 @@ pub struct PredictorRefit<'a> {
     pub onnx_path: std::path::PathBuf,
 }
 
+/// The AutoResearch track of the shared loop: groups of solutions sampled
+/// for training competitions, executed in the sandbox (real) or predicted
+/// (world model), and the solution policy's GRPO update.
+struct ArTrack<'a> {
+    cfg: &'a TrainConfig,
+    arm: ArArm,
+    seed: u64,
+    suite: &'a Suite,
+    executor: &'a Executor,
+    predictor: Option<&'a OnnxPredictor>,
+    refit: Option<&'a PredictorRefit<'a>>,
+    /// The predictor refitted during the run, once it has been.
+    refitted: Option<OnnxPredictor>,
+    /// Every anchor execution so far (for the refits).
+    anchor_data: Vec<crate::predictor::Example>,
+    policy: Policy,
+    /// One sampling stream for the whole run.
+    rng: ChaCha8Rng,
+    train_comps: Vec<usize>,
+    /// Real executions before the current step.
+    executions_before: u64,
+    evals: Vec<EvalPoint>,
+}
+
+/// A step's groups: (training competition, its sampled solutions).
+type Groups = Vec<(usize, Vec<Sample>)>;
+
+impl Track for ArTrack<'_> {
+    type Batch = Groups;
+    type Scorers<'s>
+        = StepScorers<'s>
+    where
+        Self: 's;
+    type Update = UpdateStats;
+    type Error = Error;
+
+    fn rollouts(&mut self, _step: usize, ledger: &mut Ledger) -> Result<Groups> {
+        let t = Instant::now();
+        let (cfg, comps) = (self.cfg, &self.train_comps);
+        let groups: Groups = (0..cfg.groups_per_step)
+            .map(|_| {
+                let c = comps[self.rng.random_range(0..comps.len())];
+                self.policy
+                    .sample(
+                        &self.suite.competitions[c].meta.meta_features,
+                        cfg.group_size,
+                        &mut self.rng,
+                    )
+                    .map(|s| (c, s))
+            })
+            .collect::<Result<_>>()?;
+        ledger.record(
+            Stage::PolicySample,
+            (cfg.groups_per_step * cfg.group_size) as u64,
+            t.elapsed().as_secs_f64(),
+        );
+        self.executions_before = ledger.real_executions;
+        Ok(groups)
+    }
+
+    fn group_sizes(&self, batch: &Groups) -> Vec<usize> {
+        batch.iter().map(|(_, s)| s.len()).collect()
+    }
+
+    fn scorers<'s>(&'s mut self, batch: &'s Groups, ledger: &'s mut Ledger) -> StepScorers<'s> {
+        StepScorers {
+            suite: self.suite,
+            executor: self.executor,
+            predictor: self.refitted.as_ref().or(self.predictor),
+            groups: batch,
+            ledger,
+        }
+    }
+
+    /// With `refit_predictor_every`, keep the step's anchor executions and
+    /// refit the predictor on schedule.
+    fn scored(
+        &mut self,
+        step: usize,
+        groups: &Groups,
+        outcome: &StepOutcome,
+        ledger: &mut Ledger,
+    ) -> Result<()> {
+        let Some(r) = self.refit.filter(|_| self.refits()) else {
+            return Ok(());
+        };
+        let step = step + 1;
+        for (&g, real) in outcome.anchors.iter().zip(&outcome.real) {
+            let (c, samples) = &groups[g];
+            let comp = &self.suite.competitions[*c];
+            for (s, y) in samples.iter().zip(real) {
+                if let Some(y) = y {
+                    self.anchor_data.push(crate::predictor::Example {
+                        competition: comp.name().to_string(),
+                        meta: comp.meta.meta_features.clone(),
+                        solution: s.solution,
+                        reward: *y,
+                        cpu_secs: 0.0,
+                    });
+                }
+            }
+        }
+        if step.is_multiple_of(self.cfg.refit_predictor_every) && !self.anchor_data.is_empty() {
+            let t = Instant::now();
+            let all: Vec<crate::predictor::Example> =
+                r.data.iter().chain(&self.anchor_data).cloned().collect();
+            let (p, mse) = crate::predictor::Predictor::train(r.config, &all)?;
+            self.refitted = Some(OnnxPredictor::export_and_load(&p, &r.onnx_path)?);
+            ledger.record(Stage::Update, 0, t.elapsed().as_secs_f64());
+            tracing::info!(
+                arm = self.arm.name(),
+                seed = self.seed,
+                step,
+                anchors = self.anchor_data.len(),
+                mse,
+                "predictor refitted"
+            );
+        }
+        Ok(())
+    }
+
+    fn update(
+        &mut self,
+        _step: usize,
+        groups: &Groups,
+        outcome: &StepOutcome,
+        ledger: &mut Ledger,
+    ) -> Result<UpdateStats> {
+        let mut batch = Vec::new();
+        for (g, (c, samples)) in groups.iter().enumerate() {
+            for (k, s) in samples.iter().enumerate() {
+                if let Some(a) = outcome.advantages[g][k] {
+                    batch.push(Transition {
+                        meta: self.suite.competitions[*c].meta.meta_features.clone(),
+                        solution: s.solution,
+                        old_logp: s.logp,
+                        advantage: a as f32,
+                    });
+                }
+            }
+        }
+        let t = Instant::now();
+        let up = self.policy.grpo_update(&batch)?;
+        ledger.record(Stage::Update, 1, t.elapsed().as_secs_f64());
+        Ok(up)
+    }
+
+    fn evaluate(run: &mut Run<Self>) -> Result<()> {
+        let t = &mut run.track;
+        let (p, r, v) = evaluate(
+            &t.policy,
+            t.suite,
+            t.executor,
+            t.cfg.eval_samples,
+            t.seed.wrapping_add(run.step as u64),
+            &mut run.ledger,
+        )?;
+        t.evals.push(EvalPoint {
+            step: run.step,
+            train_cpu_secs: run.ledger.real_cpu_seconds,
+            heldout_position: p,
+            heldout_reward: r,
+            valid_fraction: v,
+        });
+        Ok(())
+    }
+}
+
+impl ArTrack<'_> {
+    fn refits(&self) -> bool {
+        self.cfg.refit_predictor_every > 0 && self.arm != ArArm::Real
+    }
+}
+
 /// Train one arm with one seed. `predictor` (the exported ONNX file, scored
 /// through ONNX Runtime) is required for `wm` and `wmrl`.
 /// Step metrics go to `metrics` as JSONL when given.
@@ -354,8 +531,6 @@ pub fn train_with_refit(
                 .into(),
         ));
     }
-    let mut refitted: Option<OnnxPredictor> = None;
-    let mut anchor_data: Vec<crate::predictor::Example> = Vec::new();
     if arm != ArArm::Real && predictor.is_none() {
         return Err(Error::Config(format!(
             "arm {} needs an outcome predictor",
@@ -372,116 +547,37 @@ pub fn train_with_refit(
         Some(p) => Some(std::fs::File::create(p).map_err(io_err(p))?),
         None => None,
     };
-    let mut policy = Policy::new(cfg.policy.clone(), seed)?;
-    let mut core = CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?;
-    let mut rng: ChaCha8Rng = seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1);
-    let mut ledger = Ledger::default();
-    let mut report = TrainReport {
+    let track = ArTrack {
+        cfg,
         arm,
         seed,
+        suite,
+        executor,
+        predictor,
+        refit,
+        refitted: None,
+        anchor_data: Vec::new(),
+        policy: Policy::new(cfg.policy.clone(), seed)?,
+        rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
+        train_comps,
+        executions_before: 0,
         evals: Vec::new(),
-        steps: Vec::new(),
-        ledger: Ledger::default(),
     };
-    let eval = |policy: &Policy, step: usize, ledger: &mut Ledger| -> Result<EvalPoint> {
-        let (p, r, v) = evaluate(
-            policy,
-            suite,
-            executor,
-            cfg.eval_samples,
-            seed.wrapping_add(step as u64),
-            ledger,
-        )?;
-        Ok(EvalPoint {
-            step,
-            train_cpu_secs: ledger.real_cpu_seconds,
-            heldout_position: p,
-            heldout_reward: r,
-            valid_fraction: v,
-        })
+    let mut run = Run::new(
+        track,
+        CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?,
+    );
+    let schedule = Schedule {
+        steps: cfg.steps,
+        eval_every: cfg.eval_every,
+        eval_at_start: true,
+        eval_at_end: true,
+        checkpoint_every: 0,
     };
-    report.evals.push(eval(&policy, 0, &mut ledger)?);
-    for step in 1..=cfg.steps {
-        let t = Instant::now();
-        let groups: Vec<(usize, Vec<Sample>)> = (0..cfg.groups_per_step)
-            .map(|_| {
-                let c = train_comps[rng.random_range(0..train_comps.len())];
-                policy
-                    .sample(
-                        &suite.competitions[c].meta.meta_features,
-                        cfg.group_size,
-                        &mut rng,
-                    )
-                    .map(|s| (c, s))
-            })
-            .collect::<Result<_>>()?;
-        ledger.record(
-            Stage::PolicySample,
-            (cfg.groups_per_step * cfg.group_size) as u64,
-            t.elapsed().as_secs_f64(),
-        );
-        let before = ledger.real_executions;
-        let sizes = vec![cfg.group_size; groups.len()];
-        let outcome = {
-            let mut sc = StepScorers {
-                suite,
-                executor,
-                predictor: refitted.as_ref().or(predictor),
-                groups: &groups,
-                ledger: &mut ledger,
-            };
-            core.step(&sizes, None, &mut sc)?
-        };
-        if let (true, Some(r)) = (refits, refit) {
-            for (&g, real) in outcome.anchors.iter().zip(&outcome.real) {
-                let (c, samples) = &groups[g];
-                let comp = &suite.competitions[*c];
-                for (s, y) in samples.iter().zip(real) {
-                    if let Some(y) = y {
-                        anchor_data.push(crate::predictor::Example {
-                            competition: comp.name().to_string(),
-                            meta: comp.meta.meta_features.clone(),
-                            solution: s.solution,
-                            reward: *y,
-                            cpu_secs: 0.0,
-                        });
-                    }
-                }
-            }
-            if step % cfg.refit_predictor_every == 0 && !anchor_data.is_empty() {
-                let t = Instant::now();
-                let all: Vec<crate::predictor::Example> =
-                    r.data.iter().chain(&anchor_data).cloned().collect();
-                let (p, mse) = crate::predictor::Predictor::train(r.config, &all)?;
-                refitted = Some(OnnxPredictor::export_and_load(&p, &r.onnx_path)?);
-                ledger.record(Stage::Update, 0, t.elapsed().as_secs_f64());
-                tracing::info!(
-                    arm = arm.name(),
-                    seed,
-                    step,
-                    anchors = anchor_data.len(),
-                    mse,
-                    "predictor refitted"
-                );
-            }
-        }
-        let mut batch = Vec::new();
-        for (g, (c, samples)) in groups.iter().enumerate() {
-            for (k, s) in samples.iter().enumerate() {
-                if let Some(a) = outcome.advantages[g][k] {
-                    batch.push(Transition {
-                        meta: suite.competitions[*c].meta.meta_features.clone(),
-                        solution: s.solution,
-                        old_logp: s.logp,
-                        advantage: a as f32,
-                    });
-                }
-            }
-        }
-        let t = Instant::now();
-        let up = policy.grpo_update(&batch)?;
-        ledger.record(Stage::Update, 1, t.elapsed().as_secs_f64());
-        let seen: Vec<f64> = outcome
+    let mut steps = Vec::with_capacity(cfg.steps);
+    run.run(&schedule, |run, s| {
+        let seen: Vec<f64> = s
+            .outcome
             .rewards
             .iter()
             .flatten()
@@ -489,26 +585,29 @@ pub fn train_with_refit(
             .copied()
             .collect();
         let log = StepLog {
-            step,
+            step: s.index + 1,
             mean_reward_seen: (!seen.is_empty())
                 .then(|| seen.iter().sum::<f64>() / seen.len() as f64),
-            anchors: outcome.anchors.len(),
-            executions: ledger.real_executions - before,
-            weight: outcome.stats.weight,
-            disagreement: outcome.stats.disagreement,
-            kl: up.kl,
-            entropy: up.entropy,
+            anchors: s.outcome.anchors.len(),
+            executions: run.ledger.real_executions - run.track.executions_before,
+            weight: s.outcome.stats.weight,
+            disagreement: s.outcome.stats.disagreement,
+            kl: s.update.kl,
+            entropy: s.update.entropy,
         };
         if let Some(f) = out.as_mut() {
             let line = serde_json::to_string(&log).unwrap_or_default();
             let _ = writeln!(f, "{line}");
         }
-        tracing::info!(arm = arm.name(), seed, step, reward = ?log.mean_reward_seen, cpu = ledger.real_cpu_seconds, "step");
-        report.steps.push(log);
-        if step == cfg.steps || (cfg.eval_every > 0 && step % cfg.eval_every == 0) {
-            report.evals.push(eval(&policy, step, &mut ledger)?);
-        }
-    }
-    report.ledger = ledger;
-    Ok(report)
+        tracing::info!(arm = arm.name(), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
+        steps.push(log);
+        Ok(())
+    })?;
+    Ok(TrainReport {
+        arm,
+        seed,
+        evals: std::mem::take(&mut run.track.evals),
+        steps,
+        ledger: run.ledger,
+    })
 }

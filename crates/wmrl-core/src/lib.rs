@@ -7,8 +7,9 @@
 //! on a model framework, a simulator, ONNX or sockets: serde and thiserror
 //! only.
 //!
-//! Entry point: [`CorrectionLoop::step`], driven by a [`Scorers`]
-//! implementation.
+//! Entry points: [`CorrectionLoop::step`], driven by a [`Scorers`]
+//! implementation, and the training loop both tracks share, [`Run`] over a
+//! [`Track`] (rollouts, scorers, the policy update, evaluation).
 
 pub mod advantage;
 pub mod anchors;
@@ -20,6 +21,7 @@ mod error;
 pub mod ledger;
 pub mod rng;
 pub mod stats;
+pub mod track;
 pub mod weight;
 
 pub use advantage::group_advantages;
@@ -33,4 +35,5 @@ pub use correction::{CorrectionLoop, ScorerError, Scorers, StepOutcome, StepStat
 pub use diagnostics::{Diagnostics, DiagnosticsSummary};
 pub use error::{CoreError, Result};
 pub use ledger::{Ledger, Stage};
+pub use track::{Run, Schedule, Step, Track};
 pub use weight::{AnchorWeight, group_disagreement};

@@ -29,6 +29,22 @@ pub enum PolicyError {
     NonFinite(String),
 }
 
+impl From<wmrl_grpo::GrpoError> for PolicyError {
+    fn from(e: wmrl_grpo::GrpoError) -> Self {
+        use wmrl_grpo::GrpoError as G;
+        match e {
+            G::Candle(e) => Self::Candle(e),
+            G::Config(m) => Self::Config(m),
+            G::NonFinite(m) => Self::NonFinite(m),
+            G::State { tensor, message } => Self::Checkpoint {
+                path: "optimizer state".into(),
+                tensor,
+                message,
+            },
+        }
+    }
+}
+
 /// `Result` with [`PolicyError`].
 pub type Result<T> = std::result::Result<T, PolicyError>;
 

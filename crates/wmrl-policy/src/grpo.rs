@@ -1,9 +1,10 @@
-//! The GRPO objective the trainer optimises: a per-token clipped surrogate
-//! against frozen old log-probs (asymmetric upper clip allowed, as in DAPO),
-//! a KL penalty to a frozen reference policy (the k3 estimator
-//! `exp(ref - lp) - (ref - lp) - 1`, unbiased and non-negative), and an
-//! entropy bonus. Terms are token means over the unmasked tokens. Advantages
-//! come from `wmrl-core`; this module never computes them.
+//! The GRPO loss the robot trainer optimises: the policy's per-token
+//! log-probs and entropies over a [`GrpoBatch`] of action chunks, handed to
+//! the objective both tracks share ([`wmrl_grpo::objective`]: clipped
+//! surrogate against frozen old log-probs, asymmetric upper clip allowed,
+//! k3 KL to a frozen reference, entropy bonus, token means over the
+//! unmasked tokens). Advantages come from `wmrl-core`; this module never
+//! computes them.
 
 use candle_core::{DType, Tensor};
 use serde::{Deserialize, Serialize};
@@ -39,21 +40,7 @@ impl Default for GrpoConfig {
     }
 }
 
-/// Scalars describing one loss evaluation (token means over the mask).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct GrpoStats {
-    pub loss: f64,
-    pub policy_loss: f64,
-    /// k3 estimate of KL(policy || reference); 0 without a reference.
-    pub kl_ref: f64,
-    pub entropy: f64,
-    /// Fraction of tokens whose clipped branch was active.
-    pub clip_frac: f64,
-    /// Mean of `old_logprob - logprob` (how far the policy moved this step).
-    pub approx_kl_old: f64,
-    pub ratio_mean: f64,
-    pub n_tokens: f64,
-}
+pub use wmrl_grpo::GrpoStats;
 
 /// Rows per forward pass of [`GrpoBatch::with_reference`].
 pub const REFERENCE_CHUNK: usize = 256;
@@ -284,52 +271,33 @@ pub fn grpo_loss(
     cfg: &GrpoConfig,
 ) -> Result<(Tensor, GrpoStats)> {
     let stats = batch.stats(policy, cfg.temperature)?;
-    let lp = &stats.logprobs;
-    let mask = &batch.mask;
-    let n_tok = scalar(&mask.sum_all()?)?.max(1.0);
-    let mean = |x: &Tensor| -> Result<Tensor> { Ok(((x * mask)?.sum_all()? / n_tok)?) };
-
-    let log_ratio = (lp - &batch.old_logprobs)?;
-    let ratio = log_ratio.exp()?;
-    let adv = batch.advantages.broadcast_as(ratio.shape())?;
-    let s1 = (&ratio * &adv)?;
-    let s2 = (ratio.clamp(1.0 - cfg.clip_low, 1.0 + cfg.clip_high)? * &adv)?;
-    let surr = s1.minimum(&s2)?;
-    let policy_loss = mean(&surr)?.neg()?;
-    let mut loss = policy_loss.clone();
-
     let ref_lp = match (&batch.ref_logprobs, reference) {
         _ if cfg.kl_beta == 0.0 => None,
         (Some(r), _) => Some(r.clone()),
         (None, Some(p)) => Some(batch.stats(p, cfg.temperature)?.logprobs.detach()),
         (None, None) => None,
     };
-    let mut kl_v = 0.0;
-    if let Some(r) = ref_lp {
-        let d = (r - lp)?;
-        let k3 = ((d.exp()? - &d)? - 1.0)?;
-        let kl = mean(&k3)?;
-        kl_v = scalar(&kl)?;
-        loss = (loss + (kl * cfg.kl_beta)?)?;
-    }
-    let ent = mean(&stats.entropy)?;
-    let ent_v = scalar(&ent)?;
-    if cfg.entropy_coef != 0.0 {
-        loss = (loss - (ent * cfg.entropy_coef)?)?;
-    }
-
-    let clipped = s2.lt(&s1)?.to_dtype(mask.dtype())?;
-    let out = GrpoStats {
-        loss: scalar(&loss)?,
-        policy_loss: scalar(&policy_loss)?,
-        kl_ref: kl_v,
-        entropy: ent_v,
-        clip_frac: scalar(&mean(&clipped)?)?,
-        approx_kl_old: scalar(&mean(&log_ratio.neg()?)?)?,
-        ratio_mean: scalar(&mean(&ratio)?)?,
-        n_tokens: n_tok,
+    let inputs = wmrl_grpo::ObjectiveInputs {
+        logprobs: &stats.logprobs,
+        old_logprobs: &batch.old_logprobs,
+        advantages: &batch.advantages,
+        reference: ref_lp.as_ref(),
+        entropy: &stats.entropy,
+        mask: Some(&batch.mask),
     };
-    Ok((loss, out))
+    Ok(wmrl_grpo::objective(&inputs, &cfg.objective())?)
+}
+
+impl GrpoConfig {
+    /// The shared objective's weights.
+    pub fn objective(&self) -> wmrl_grpo::Objective {
+        wmrl_grpo::Objective {
+            clip_low: self.clip_low,
+            clip_high: self.clip_high,
+            kl_beta: self.kl_beta,
+            entropy_coef: self.entropy_coef,
+        }
+    }
 }
 
 /// Behaviour-cloning loss: mean negative log-likelihood of `tokens` over the

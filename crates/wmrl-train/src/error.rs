@@ -41,3 +41,9 @@ pub(crate) fn io_err(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> T
         source,
     }
 }
+
+impl From<wmrl_grpo::GrpoError> for TrainError {
+    fn from(e: wmrl_grpo::GrpoError) -> Self {
+        Self::Policy(e.into())
+    }
+}

@@ -1,6 +1,8 @@
-//! One `wmrl train` run: rollouts -> world-model scores -> the correction
-//! loop -> a clipped GRPO update, step after step, with metrics, periodic
-//! evaluation on held-out initial states, and resumable checkpoints.
+//! One `wmrl train` run: the robot track of the shared training loop
+//! (`wmrl_core::Run`): rollouts in the simulator -> world-model scores ->
+//! the correction loop -> a clipped GRPO update, step after step, with
+//! metrics, periodic evaluation on held-out initial states, and resumable
+//! checkpoints.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -8,7 +10,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use wmrl_core::rng::SplitMix64;
-use wmrl_core::{CorrectionLoop, DiagnosticsSummary, Ledger, ScorerError, Scorers, Stage};
+use wmrl_core::{
+    CorrectionLoop, DiagnosticsSummary, Ledger, Run, Schedule, ScorerError, Scorers, Stage, Step,
+    StepOutcome, Track,
+};
 use wmrl_env::VecEnv;
 use wmrl_policy::{
     EvalConfig, GrpoBatch, Policy, PolicyOptimizer, RateSummary, evaluate, grpo_loss,
@@ -54,7 +59,9 @@ struct TrainState {
     calibration_len: u64,
 }
 
-pub struct Trainer {
+/// The robot track: the policy and its optimiser, the simulator, the world
+/// model, and the run directory its results go to.
+pub struct RobotTrack {
     cfg: TrainConfig,
     files: RunFiles,
     policy: Policy,
@@ -62,17 +69,39 @@ pub struct Trainer {
     optimizer: PolicyOptimizer,
     env: Box<dyn VecEnv>,
     world_model: Option<WorldModel>,
-    core: CorrectionLoop,
-    ledger: Ledger,
-    step: usize,
+    /// World-model time of the current step (charged in `scored`).
+    wm_seconds: f64,
+    /// When the current step began.
+    step_started: Instant,
+}
+
+/// What one robot GRPO update did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateReport {
+    pub flat_groups: usize,
+    pub credit_groups: usize,
+    pub grad_half_cosine: Option<f64>,
+    pub grad_half_cosine_parts: BTreeMap<String, f64>,
+    pub grad_cross_group_cosine: Option<f64>,
+    pub samples_updated: usize,
+    pub loss: f64,
+    pub kl_ref: f64,
+    pub clip_frac: f64,
+    pub entropy: f64,
+    pub grad_norm: f64,
+}
+
+/// A `wmrl train` run: the shared loop over the robot track.
+pub struct Trainer {
+    run: Run<RobotTrack>,
 }
 
 impl std::fmt::Debug for Trainer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Trainer")
-            .field("arm", &self.cfg.arm)
-            .field("step", &self.step)
-            .field("dir", &self.files.dir)
+            .field("arm", &self.run.track.cfg.arm)
+            .field("step", &self.run.step)
+            .field("dir", &self.run.track.files.dir)
             .finish()
     }
 }
@@ -141,17 +170,9 @@ impl Trainer {
             PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
         let env = make_env(&cfg)?;
+        let track = RobotTrack::new(cfg, files, policy, reference, optimizer, env, world_model);
         Ok(Self {
-            cfg,
-            files,
-            policy,
-            reference,
-            optimizer,
-            env,
-            world_model,
-            core,
-            ledger: Ledger::default(),
-            step: 0,
+            run: Run::new(track, core),
         })
     }
 
@@ -201,7 +222,132 @@ impl Trainer {
         metrics::truncate(&files.calibration(), state.calibration_len)?;
         let world_model = load_world_model(&cfg)?;
         let env = make_env(&cfg)?;
+        let track = RobotTrack::new(cfg, files, policy, reference, optimizer, env, world_model);
         Ok(Self {
+            run: Run::resumed(track, state.core, state.ledger, state.step),
+        })
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.run.track.cfg
+    }
+    pub fn steps_done(&self) -> usize {
+        self.run.step
+    }
+    pub fn policy(&self) -> &Policy {
+        &self.run.track.policy
+    }
+    pub fn ledger(&self) -> &Ledger {
+        &self.run.ledger
+    }
+    pub fn dir(&self) -> &Path {
+        &self.run.track.files.dir
+    }
+    pub fn files(&self) -> &RunFiles {
+        &self.run.track.files
+    }
+
+    /// Write a checkpoint atomically (temporary directory, then rename).
+    pub fn checkpoint(&self) -> Result<()> {
+        RobotTrack::checkpoint(&self.run)
+    }
+
+    /// Run one training step.
+    pub fn train_step(&mut self) -> Result<StepMetrics> {
+        let s = self.run.train_step()?;
+        record_step(&self.run, &s)
+    }
+
+    /// Evaluate the current policy on a split, record it, and return it.
+    /// Splits: `heldout` (every held-out state, greedy), `curve` (the
+    /// periodic subset), `in_domain` (the training states), `heldout_sampled`
+    /// (the paper's measure: sampled at the rollout temperature,
+    /// `eval.sampled_per_state` episodes per state).
+    pub fn evaluate_split(&mut self, split: &str) -> Result<(RateSummary, Vec<f64>)> {
+        evaluate_split(&mut self.run, split)
+    }
+
+    /// Train to `cfg.steps` (from wherever the run is), evaluating and
+    /// checkpointing on schedule, then the final evaluation and summary.
+    /// `on_step` sees each step's metrics (for progress bars).
+    pub fn run(&mut self, mut on_step: impl FnMut(&StepMetrics)) -> Result<RunSummary> {
+        let cfg = &self.run.track.cfg;
+        let every = cfg.eval.every;
+        let schedule = Schedule {
+            steps: cfg.steps,
+            eval_every: every,
+            // A run resumed from its step-0 checkpoint has the start's record.
+            eval_at_start: every > 0
+                && cfg.eval.at_start
+                && metrics::len_of(&self.run.track.files.eval()) == 0,
+            // At the last step the final evaluation covers the curve states
+            // unless the curve has its own subset.
+            eval_at_end: every > 0
+                && cfg.steps.is_multiple_of(every)
+                && cfg.eval.curve_init_states.is_some(),
+            checkpoint_every: cfg.checkpoint_every,
+        };
+        self.run.run(&schedule, |run, s| {
+            on_step(&record_step(run, &s)?);
+            Ok(())
+        })?;
+        self.finish()
+    }
+
+    /// Final evaluation, diagnostics and summary.json.
+    pub fn finish(&mut self) -> Result<RunSummary> {
+        let (heldout, per_task) = evaluate_split(&mut self.run, "heldout")?;
+        let in_domain = if self.run.track.cfg.eval.in_domain {
+            Some(evaluate_split(&mut self.run, "in_domain")?.0)
+        } else {
+            None
+        };
+        let heldout_sampled = if self.run.track.cfg.eval.sampled_per_state > 0 {
+            Some(evaluate_split(&mut self.run, "heldout_sampled")?.0)
+        } else {
+            None
+        };
+        let diagnostics = self
+            .run
+            .core
+            .diagnostics()
+            .summary(&self.run.track.cfg.wmrl.calibration);
+        let dp = self.run.track.files.diagnostics();
+        let text = serde_json::to_string_pretty(self.run.core.diagnostics())
+            .map_err(|e| TrainError::Report(e.to_string()))?;
+        std::fs::write(&dp, text).map_err(io_err(&dp))?;
+        let summary = RunSummary {
+            arm: self.run.track.cfg.arm.name().into(),
+            seed: self.run.track.cfg.seed,
+            steps: self.run.step,
+            label_regime: self.run.track.cfg.label_regime().into(),
+            anchor_fraction: self.run.track.cfg.wmrl.anchors.fraction.get(),
+            heldout,
+            in_domain,
+            heldout_sampled,
+            heldout_per_task: per_task,
+            ledger: self.run.ledger.clone(),
+            diagnostics,
+        };
+        let sp = self.run.track.files.summary();
+        let text = serde_json::to_string_pretty(&summary)
+            .map_err(|e| TrainError::Report(e.to_string()))?;
+        std::fs::write(&sp, text).map_err(io_err(&sp))?;
+        Ok(summary)
+    }
+}
+
+impl RobotTrack {
+    fn new(
+        cfg: TrainConfig,
+        files: RunFiles,
+        policy: Policy,
+        reference: Policy,
+        optimizer: PolicyOptimizer,
+        env: Box<dyn VecEnv>,
+        world_model: Option<WorldModel>,
+    ) -> Self {
+        Self {
             cfg,
             files,
             policy,
@@ -209,61 +355,9 @@ impl Trainer {
             optimizer,
             env,
             world_model,
-            core: state.core,
-            ledger: state.ledger,
-            step: state.step,
-        })
-    }
-
-    pub fn config(&self) -> &TrainConfig {
-        &self.cfg
-    }
-    pub fn steps_done(&self) -> usize {
-        self.step
-    }
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-    pub fn ledger(&self) -> &Ledger {
-        &self.ledger
-    }
-    pub fn dir(&self) -> &Path {
-        &self.files.dir
-    }
-
-    /// Write a checkpoint atomically (temporary directory, then rename).
-    pub fn checkpoint(&self) -> Result<()> {
-        let ck = self.files.checkpoint();
-        let tmp = self.files.dir.join("checkpoint.partial");
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+            wm_seconds: 0.0,
+            step_started: Instant::now(),
         }
-        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-        self.policy.save(&tmp.join("policy"))?;
-        self.optimizer.save(&tmp.join("optimizer.safetensors"))?;
-        let state = TrainState {
-            step: self.step,
-            core: self.core.clone(),
-            ledger: self.ledger.clone(),
-            metrics_len: metrics::len_of(&self.files.metrics()),
-            eval_len: metrics::len_of(&self.files.eval()),
-            calibration_len: metrics::len_of(&self.files.calibration()),
-        };
-        let text = serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
-        let sp = tmp.join("state.json");
-        std::fs::write(&sp, text).map_err(io_err(&sp))?;
-        if ck.exists() {
-            let old = self.files.dir.join("checkpoint.old");
-            if old.exists() {
-                std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
-            }
-            std::fs::rename(&ck, &old).map_err(io_err(&ck))?;
-            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
-            std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
-        } else {
-            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
-        }
-        Ok(())
     }
 
     /// The groups of step `step`: (task, initial state) drawn from the
@@ -293,10 +387,116 @@ impl Trainer {
         specs
     }
 
-    /// Run one training step.
-    pub fn train_step(&mut self) -> Result<StepMetrics> {
-        let t_step = Instant::now();
-        let step = self.step;
+    /// Per-chunk credit of each of a group's rollouts (same order),
+    /// normalised over the graded ones; empty for an ungraded rollout, and
+    /// for all of them when `update.credit` is off or a graded rollout
+    /// lacks its progress signal.
+    fn chunk_credit(&self, members: &[Rollout], advantages: &[Option<f64>]) -> Vec<Vec<f64>> {
+        let c = &self.cfg.update.credit;
+        let none = || vec![Vec::new(); members.len()];
+        if c.source == CreditSource::None || c.weight == 0.0 {
+            return none();
+        }
+        let returns: Option<Vec<Vec<f64>>> = members
+            .iter()
+            .zip(advantages)
+            .map(|(r, a)| match a {
+                Some(_) => crate::credit::progress_returns(&r.progress, r.chunks.len(), c.lambda),
+                None => Some(Vec::new()),
+            })
+            .collect();
+        let mut returns = returns.unwrap_or_else(none);
+        // Empty rows add nothing to the group's mean and spread.
+        crate::credit::normalise_group(&mut returns);
+        returns
+    }
+
+    /// Whether the update trains `lm.head` alone (every trainable parameter
+    /// is under it), so the rollouts record its inputs and the update
+    /// reuses them.
+    fn head_only(&self) -> bool {
+        let layout = self.optimizer.layout();
+        !layout.is_empty() && layout.iter().all(|(name, _)| name.starts_with("lm.head."))
+    }
+
+    /// Cosine between the policy gradients (before the update) of the
+    /// samples with `side[i]` true and those with it false; `None` when a
+    /// side is empty or its gradient is zero.
+    fn grad_cosine(
+        &self,
+        batch: &GrpoBatch,
+        side: &[bool],
+    ) -> Result<Option<(f64, BTreeMap<String, f64>)>> {
+        // Each side's gradient is accumulated over minibatches (weighted by
+        // their token counts, so it is the side's token-mean gradient up to
+        // a scale the cosine ignores): one pass over a large step would not
+        // fit in memory.
+        let mb = match self.cfg.update.minibatch {
+            0 => 128,
+            m => m,
+        };
+        // The policy-gradient term only: the KL pull towards the reference
+        // (and the entropy bonus) would be shared by both sides.
+        let loss_cfg = wmrl_policy::GrpoConfig {
+            kl_beta: 0.0,
+            entropy_coef: 0.0,
+            ..self.cfg.update.loss.clone()
+        };
+        let mut grads: Vec<Vec<f64>> = Vec::new();
+        for want in [true, false] {
+            let idx: Vec<usize> = (0..side.len()).filter(|&i| side[i] == want).collect();
+            if idx.is_empty() {
+                return Ok(None);
+            }
+            let mut acc: Vec<f64> = Vec::new();
+            for part in idx.chunks(mb) {
+                let sub = batch.select(part)?;
+                let (l, st) = grpo_loss(&self.policy, None, &sub, &loss_cfg)?;
+                let g = self.optimizer.gradient(&l)?;
+                if acc.is_empty() {
+                    acc = vec![0.0; g.len()];
+                }
+                for (a, x) in acc.iter_mut().zip(&g) {
+                    *a += st.n_tokens * f64::from(*x);
+                }
+            }
+            grads.push(acc);
+        }
+        let (a, b) = (&grads[0], &grads[1]);
+        // Per part of the network: does any part carry a signal the whole
+        // gradient's noise hides? Each part's (a.b, a.a, b.b); the whole
+        // network's are their sums.
+        let mut parts: BTreeMap<String, [f64; 3]> = BTreeMap::new();
+        let mut off = 0;
+        for (name, n) in self.optimizer.layout() {
+            let e = parts.entry(network_part(&name).to_string()).or_default();
+            for (x, y) in a[off..off + n].iter().zip(&b[off..off + n]) {
+                e[0] += x * y;
+                e[1] += x * x;
+                e[2] += y * y;
+            }
+            off += n;
+        }
+        let cosine = |[ab, aa, bb]: [f64; 3]| (aa > 0.0 && bb > 0.0).then(|| ab / (aa * bb).sqrt());
+        let whole = parts
+            .values()
+            .fold([0.0; 3], |s, p| [s[0] + p[0], s[1] + p[1], s[2] + p[2]]);
+        let by_part = parts
+            .into_iter()
+            .filter_map(|(k, p)| cosine(p).map(|c| (k, c)))
+            .collect();
+        Ok(cosine(whole).map(|c| (c, by_part)))
+    }
+}
+
+impl Track for RobotTrack {
+    type Batch = Vec<Rollout>;
+    type Scorers<'a> = RolloutScorers<'a>;
+    type Update = UpdateReport;
+    type Error = TrainError;
+
+    fn rollouts(&mut self, step: usize, ledger: &mut Ledger) -> Result<Vec<Rollout>> {
+        self.step_started = Instant::now();
         let specs = self.draw_specs(step);
         let head_only = self.head_only();
         let (rollouts, cstats) = collect(
@@ -308,39 +508,63 @@ impl Trainer {
             mix(self.cfg.seed, 0xC0_11EC7 + step as u64),
             head_only,
         )?;
-        self.ledger.record(
+        ledger.record(
             Stage::PolicySample,
             cstats.policy_calls,
             cstats.policy_seconds,
         );
-        self.ledger.record(
+        ledger.record(
             Stage::RealExecution,
             rollouts.len() as u64,
             cstats.env_seconds,
         );
-        self.ledger.sim_steps += cstats.env_steps;
+        ledger.sim_steps += cstats.env_steps;
+        Ok(rollouts)
+    }
 
-        let g = self.cfg.rollout.group_size;
-        let n = self.cfg.rollout.n_groups;
-        let mut scorers = RolloutScorers {
-            rollouts: &rollouts,
-            group_size: g,
+    fn group_sizes(&self, _: &Vec<Rollout>) -> Vec<usize> {
+        vec![self.cfg.rollout.group_size; self.cfg.rollout.n_groups]
+    }
+
+    fn scorers<'a>(&'a mut self, batch: &'a Vec<Rollout>, _: &'a mut Ledger) -> RolloutScorers<'a> {
+        RolloutScorers {
+            rollouts: batch,
+            group_size: self.cfg.rollout.group_size,
             wm: self.world_model.as_mut(),
             mode: self.cfg.world_model.mode,
-            wm_seconds: 0.0,
+            wm_seconds: &mut self.wm_seconds,
             wm_scores: None,
-        };
-        let outcome = self.core.step(&vec![g; n], None, &mut scorers)?;
-        let wm_seconds = scorers.wm_seconds;
+        }
+    }
+
+    /// The world model scores every rollout in one pass: charge it once.
+    fn scored(
+        &mut self,
+        _: usize,
+        _: &Vec<Rollout>,
+        outcome: &StepOutcome,
+        ledger: &mut Ledger,
+    ) -> Result<()> {
         if outcome.stats.wm_rollouts > 0 {
-            self.ledger.record(
+            ledger.record(
                 Stage::WorldModel,
                 outcome.stats.wm_rollouts as u64,
-                wm_seconds,
+                self.wm_seconds,
             );
         }
-        self.ledger.labels += outcome.stats.labels_used as u64;
+        self.wm_seconds = 0.0;
+        Ok(())
+    }
 
+    fn update(
+        &mut self,
+        step: usize,
+        rollouts: &Vec<Rollout>,
+        outcome: &StepOutcome,
+        ledger: &mut Ledger,
+    ) -> Result<UpdateReport> {
+        let g = self.cfg.rollout.group_size;
+        let head_only = self.head_only();
         // GRPO update over every policy call of every graded rollout (of the
         // groups that carry a signal, with `skip_flat_groups`).
         let t_up = Instant::now();
@@ -472,301 +696,180 @@ impl Trainer {
                 }
             }
         }
+        ledger.record(Stage::Update, n_mb as u64, t_up.elapsed().as_secs_f64());
         let mb = n_mb.max(1) as f64;
-        self.ledger
-            .record(Stage::Update, n_mb as u64, t_up.elapsed().as_secs_f64());
-        self.step += 1;
-
-        let successes = rollouts.iter().filter(|r| r.success).count();
-        let wm_mean = outcome.wm_raw.as_ref().map(|w| {
-            let all: Vec<f64> = w.iter().flatten().copied().collect();
-            all.iter().sum::<f64>() / all.len().max(1) as f64
-        });
-        let m = StepMetrics {
-            step,
-            arm: self.cfg.arm.name().into(),
-            batch_success: successes as f64 / rollouts.len().max(1) as f64,
-            mean_episode_steps: rollouts.iter().map(|r| r.steps as f64).sum::<f64>()
-                / rollouts.len().max(1) as f64,
-            anchor_groups: outcome.stats.anchor_groups,
-            realised_anchor_fraction: self.core.scheduler().realised_fraction(),
-            labels_used: outcome.stats.labels_used,
-            labels_cumulative: self.ledger.labels,
-            calibrated: outcome.stats.calibrated,
-            refit: outcome.stats.refit,
-            bias_reduction: outcome.stats.bias_reduction,
-            disagreement: outcome.stats.disagreement,
-            disagreement_raw: outcome.stats.disagreement_raw,
-            anchor_weight: outcome.stats.weight,
-            fallback_groups: outcome.stats.fallback_groups,
-            groups_skipped: outcome.stats.groups_skipped,
+        Ok(UpdateReport {
             flat_groups,
             credit_groups,
             grad_half_cosine,
             grad_half_cosine_parts,
             grad_cross_group_cosine,
-            adv_abs_mean: outcome.stats.adv_abs_mean,
-            adv_abs_max: outcome.stats.adv_abs_max,
-            wm_score_mean: wm_mean,
             samples_updated: n_samples,
             loss: loss / mb,
             kl_ref: kl / mb,
             clip_frac: clip / mb,
             entropy: ent / mb,
             grad_norm: gn / mb,
-            restarts: rollouts.iter().map(|r| r.restarts).sum(),
-            ledger: self.ledger.clone(),
-            wall_seconds: t_step.elapsed().as_secs_f64(),
-        };
-        metrics::append(&self.files.metrics(), &m)?;
-        Ok(m)
+        })
     }
 
-    /// Per-chunk credit of each of a group's rollouts (same order),
-    /// normalised over the graded ones; empty for an ungraded rollout, and
-    /// for all of them when `update.credit` is off or a graded rollout
-    /// lacks its progress signal.
-    fn chunk_credit(&self, members: &[Rollout], advantages: &[Option<f64>]) -> Vec<Vec<f64>> {
-        let c = &self.cfg.update.credit;
-        let none = || vec![Vec::new(); members.len()];
-        if c.source == CreditSource::None || c.weight == 0.0 {
-            return none();
+    fn evaluate(run: &mut Run<Self>) -> Result<()> {
+        evaluate_split(run, "curve").map(|_| ())
+    }
+
+    fn checkpoint(run: &Run<Self>) -> Result<()> {
+        let (t, files) = (&run.track, &run.track.files);
+        let ck = files.checkpoint();
+        let tmp = files.dir.join("checkpoint.partial");
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
         }
-        let returns: Option<Vec<Vec<f64>>> = members
-            .iter()
-            .zip(advantages)
-            .map(|(r, a)| match a {
-                Some(_) => crate::credit::progress_returns(&r.progress, r.chunks.len(), c.lambda),
-                None => Some(Vec::new()),
-            })
-            .collect();
-        let mut returns = returns.unwrap_or_else(none);
-        // Empty rows add nothing to the group's mean and spread.
-        crate::credit::normalise_group(&mut returns);
-        returns
-    }
-
-    /// Whether the update trains `lm.head` alone (every trainable parameter
-    /// is under it), so the rollouts record its inputs and the update
-    /// reuses them.
-    fn head_only(&self) -> bool {
-        let layout = self.optimizer.layout();
-        !layout.is_empty() && layout.iter().all(|(name, _)| name.starts_with("lm.head."))
-    }
-
-    /// Cosine between the policy gradients (before the update) of the
-    /// samples with `side[i]` true and those with it false; `None` when a
-    /// side is empty or its gradient is zero.
-    fn grad_cosine(
-        &self,
-        batch: &GrpoBatch,
-        side: &[bool],
-    ) -> Result<Option<(f64, BTreeMap<String, f64>)>> {
-        // Each side's gradient is accumulated over minibatches (weighted by
-        // their token counts, so it is the side's token-mean gradient up to
-        // a scale the cosine ignores): one pass over a large step would not
-        // fit in memory.
-        let mb = match self.cfg.update.minibatch {
-            0 => 128,
-            m => m,
+        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
+        t.policy.save(&tmp.join("policy"))?;
+        t.optimizer.save(&tmp.join("optimizer.safetensors"))?;
+        let state = TrainState {
+            step: run.step,
+            core: run.core.clone(),
+            ledger: run.ledger.clone(),
+            metrics_len: metrics::len_of(&files.metrics()),
+            eval_len: metrics::len_of(&files.eval()),
+            calibration_len: metrics::len_of(&files.calibration()),
         };
-        // The policy-gradient term only: the KL pull towards the reference
-        // (and the entropy bonus) would be shared by both sides.
-        let loss_cfg = wmrl_policy::GrpoConfig {
-            kl_beta: 0.0,
-            entropy_coef: 0.0,
-            ..self.cfg.update.loss.clone()
-        };
-        let mut grads: Vec<Vec<f64>> = Vec::new();
-        for want in [true, false] {
-            let idx: Vec<usize> = (0..side.len()).filter(|&i| side[i] == want).collect();
-            if idx.is_empty() {
-                return Ok(None);
+        let text = serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
+        let sp = tmp.join("state.json");
+        std::fs::write(&sp, text).map_err(io_err(&sp))?;
+        if ck.exists() {
+            let old = files.dir.join("checkpoint.old");
+            if old.exists() {
+                std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
             }
-            let mut acc: Vec<f64> = Vec::new();
-            for part in idx.chunks(mb) {
-                let sub = batch.select(part)?;
-                let (l, st) = grpo_loss(&self.policy, None, &sub, &loss_cfg)?;
-                let g = self.optimizer.gradient(&l)?;
-                if acc.is_empty() {
-                    acc = vec![0.0; g.len()];
-                }
-                for (a, x) in acc.iter_mut().zip(&g) {
-                    *a += st.n_tokens * f64::from(*x);
-                }
-            }
-            grads.push(acc);
+            std::fs::rename(&ck, &old).map_err(io_err(&ck))?;
+            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
+            std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
+        } else {
+            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
         }
-        let (a, b) = (&grads[0], &grads[1]);
-        // Per part of the network: does any part carry a signal the whole
-        // gradient's noise hides? Each part's (a.b, a.a, b.b); the whole
-        // network's are their sums.
-        let mut parts: BTreeMap<String, [f64; 3]> = BTreeMap::new();
-        let mut off = 0;
-        for (name, n) in self.optimizer.layout() {
-            let e = parts.entry(network_part(&name).to_string()).or_default();
-            for (x, y) in a[off..off + n].iter().zip(&b[off..off + n]) {
-                e[0] += x * y;
-                e[1] += x * x;
-                e[2] += y * y;
-            }
-            off += n;
-        }
-        let cosine = |[ab, aa, bb]: [f64; 3]| (aa > 0.0 && bb > 0.0).then(|| ab / (aa * bb).sqrt());
-        let whole = parts
-            .values()
-            .fold([0.0; 3], |s, p| [s[0] + p[0], s[1] + p[1], s[2] + p[2]]);
-        let by_part = parts
-            .into_iter()
-            .filter_map(|(k, p)| cosine(p).map(|c| (k, c)))
-            .collect();
-        Ok(cosine(whole).map(|c| (c, by_part)))
+        Ok(())
     }
+}
 
-    /// Evaluate the current policy on a split, record it, and return it.
-    /// Splits: `heldout` (every held-out state, greedy), `curve` (the
-    /// periodic subset), `in_domain` (the training states), `heldout_sampled`
-    /// (the paper's measure: sampled at the rollout temperature,
-    /// `eval.sampled_per_state` episodes per state).
-    pub fn evaluate_split(&mut self, split: &str) -> Result<(RateSummary, Vec<f64>)> {
-        let e = &self.cfg.eval;
-        let ([lo, hi], temperature, repeats) = match split {
-            "in_domain" => (self.cfg.rollout.train_init_states, e.temperature, 1),
-            "curve" => (
-                e.curve_init_states.unwrap_or(e.init_states),
-                e.temperature,
-                1,
-            ),
-            "heldout_sampled" => (
-                e.init_states,
-                self.cfg.rollout.temperature,
-                e.sampled_per_state.max(1),
-            ),
-            _ => (e.init_states, e.temperature, 1),
-        };
-        // The same evaluation episodes (and sampling streams) for every arm
-        // and seed, so results pair across runs.
-        let ecfg = EvalConfig {
-            tasks: e.tasks.clone(),
-            init_states: (lo..=hi).collect(),
+/// A step's metrics (metrics.jsonl), appended to the run's file.
+fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetrics> {
+    let (track, outcome, rollouts, u) = (&run.track, &s.outcome, &s.batch, &s.update);
+    let successes = rollouts.iter().filter(|r| r.success).count();
+    let wm_mean = outcome.wm_raw.as_ref().map(|w| {
+        let all: Vec<f64> = w.iter().flatten().copied().collect();
+        all.iter().sum::<f64>() / all.len().max(1) as f64
+    });
+    let m = StepMetrics {
+        step: s.index,
+        arm: track.cfg.arm.name().into(),
+        batch_success: successes as f64 / rollouts.len().max(1) as f64,
+        mean_episode_steps: rollouts.iter().map(|r| r.steps as f64).sum::<f64>()
+            / rollouts.len().max(1) as f64,
+        anchor_groups: outcome.stats.anchor_groups,
+        realised_anchor_fraction: run.core.scheduler().realised_fraction(),
+        labels_used: outcome.stats.labels_used,
+        labels_cumulative: run.ledger.labels,
+        calibrated: outcome.stats.calibrated,
+        refit: outcome.stats.refit,
+        bias_reduction: outcome.stats.bias_reduction,
+        disagreement: outcome.stats.disagreement,
+        disagreement_raw: outcome.stats.disagreement_raw,
+        anchor_weight: outcome.stats.weight,
+        fallback_groups: outcome.stats.fallback_groups,
+        groups_skipped: outcome.stats.groups_skipped,
+        flat_groups: u.flat_groups,
+        credit_groups: u.credit_groups,
+        grad_half_cosine: u.grad_half_cosine,
+        grad_half_cosine_parts: u.grad_half_cosine_parts.clone(),
+        grad_cross_group_cosine: u.grad_cross_group_cosine,
+        adv_abs_mean: outcome.stats.adv_abs_mean,
+        adv_abs_max: outcome.stats.adv_abs_max,
+        wm_score_mean: wm_mean,
+        samples_updated: u.samples_updated,
+        loss: u.loss,
+        kl_ref: u.kl_ref,
+        clip_frac: u.clip_frac,
+        entropy: u.entropy,
+        grad_norm: u.grad_norm,
+        restarts: rollouts.iter().map(|r| r.restarts).sum(),
+        ledger: run.ledger.clone(),
+        wall_seconds: track.step_started.elapsed().as_secs_f64(),
+    };
+    metrics::append(&run.track.files.metrics(), &m)?;
+    Ok(m)
+}
+
+/// Evaluate the current policy on a split, record it, and return it.
+/// Splits: `heldout` (every held-out state, greedy), `curve` (the
+/// periodic subset), `in_domain` (the training states), `heldout_sampled`
+/// (the paper's measure: sampled at the rollout temperature,
+/// `eval.sampled_per_state` episodes per state).
+fn evaluate_split(run: &mut Run<RobotTrack>, split: &str) -> Result<(RateSummary, Vec<f64>)> {
+    let tr = &mut run.track;
+    let e = &tr.cfg.eval;
+    let ([lo, hi], temperature, repeats) = match split {
+        "in_domain" => (tr.cfg.rollout.train_init_states, e.temperature, 1),
+        "curve" => (
+            e.curve_init_states.unwrap_or(e.init_states),
+            e.temperature,
+            1,
+        ),
+        "heldout_sampled" => (
+            e.init_states,
+            tr.cfg.rollout.temperature,
+            e.sampled_per_state.max(1),
+        ),
+        _ => (e.init_states, e.temperature, 1),
+    };
+    // The same evaluation episodes (and sampling streams) for every arm
+    // and seed, so results pair across runs.
+    let ecfg = EvalConfig {
+        tasks: e.tasks.clone(),
+        init_states: (lo..=hi).collect(),
+        temperature,
+        repeats,
+        seed: mix(0, 0xE7A1),
+        max_steps: tr.cfg.rollout.max_steps,
+        gif_dir: None,
+        ..EvalConfig::default()
+    };
+    let t = Instant::now();
+    let report = evaluate(&tr.policy, tr.env.as_mut(), &ecfg)?;
+    run.ledger.record(
+        Stage::Eval,
+        report.episodes.len() as u64,
+        t.elapsed().as_secs_f64(),
+    );
+    let per_task: Vec<f64> = report.per_task.iter().map(|t| t.summary.rate).collect();
+    metrics::append(
+        &tr.files.eval(),
+        &EvalRecord {
+            step: run.step,
+            split: split.into(),
+            success: report.overall.rate,
+            ci_low: report.overall.ci_low,
+            ci_high: report.overall.ci_high,
+            episodes: report.overall.episodes,
+            per_task: per_task.clone(),
+            labels_cumulative: run.ledger.labels,
             temperature,
-            repeats,
-            seed: mix(0, 0xE7A1),
-            max_steps: self.cfg.rollout.max_steps,
-            gif_dir: None,
-            ..EvalConfig::default()
-        };
-        let t = Instant::now();
-        let report = evaluate(&self.policy, self.env.as_mut(), &ecfg)?;
-        self.ledger.record(
-            Stage::Eval,
-            report.episodes.len() as u64,
-            t.elapsed().as_secs_f64(),
-        );
-        let per_task: Vec<f64> = report.per_task.iter().map(|t| t.summary.rate).collect();
+            seconds: t.elapsed().as_secs_f64(),
+        },
+    )?;
+    if let Some(map) = run.core.calibrator().map() {
+        let (xs, ys) = map.knots();
         metrics::append(
-            &self.files.eval(),
-            &EvalRecord {
-                step: self.step,
-                split: split.into(),
-                success: report.overall.rate,
-                ci_low: report.overall.ci_low,
-                ci_high: report.overall.ci_high,
-                episodes: report.overall.episodes,
-                per_task: per_task.clone(),
-                labels_cumulative: self.ledger.labels,
-                temperature,
-                seconds: t.elapsed().as_secs_f64(),
+            &tr.files.calibration(),
+            &CalibrationSnapshot {
+                step: run.step,
+                xs: xs.to_vec(),
+                ys: ys.to_vec(),
             },
         )?;
-        if let Some(map) = self.core.calibrator().map() {
-            let (xs, ys) = map.knots();
-            metrics::append(
-                &self.files.calibration(),
-                &CalibrationSnapshot {
-                    step: self.step,
-                    xs: xs.to_vec(),
-                    ys: ys.to_vec(),
-                },
-            )?;
-        }
-        Ok((report.overall, per_task))
     }
-
-    /// Train to `cfg.steps` (from wherever the run is), evaluating and
-    /// checkpointing on schedule, then the final evaluation and summary.
-    /// `on_step` sees each step's metrics (for progress bars).
-    pub fn run(&mut self, mut on_step: impl FnMut(&StepMetrics)) -> Result<RunSummary> {
-        // A run resumed from its step-0 checkpoint has the start's record.
-        if self.step == 0
-            && self.cfg.eval.every > 0
-            && self.cfg.eval.at_start
-            && metrics::len_of(&self.files.eval()) == 0
-        {
-            self.evaluate_split("curve")?;
-            self.checkpoint()?;
-        }
-        while self.step < self.cfg.steps {
-            let m = self.train_step()?;
-            on_step(&m);
-            let every = self.cfg.eval.every;
-            // At the last step the final evaluation covers the curve states
-            // unless the curve has its own subset.
-            let last = self.step == self.cfg.steps;
-            if every > 0
-                && self.step.is_multiple_of(every)
-                && (!last || self.cfg.eval.curve_init_states.is_some())
-            {
-                self.evaluate_split("curve")?;
-            }
-            if self.step.is_multiple_of(self.cfg.checkpoint_every) || self.step == self.cfg.steps {
-                self.checkpoint()?;
-            }
-        }
-        self.finish()
-    }
-
-    /// Final evaluation, diagnostics and summary.json.
-    pub fn finish(&mut self) -> Result<RunSummary> {
-        let (heldout, per_task) = self.evaluate_split("heldout")?;
-        let in_domain = if self.cfg.eval.in_domain {
-            Some(self.evaluate_split("in_domain")?.0)
-        } else {
-            None
-        };
-        let heldout_sampled = if self.cfg.eval.sampled_per_state > 0 {
-            Some(self.evaluate_split("heldout_sampled")?.0)
-        } else {
-            None
-        };
-        let diagnostics = self.core.diagnostics().summary(&self.cfg.wmrl.calibration);
-        let dp = self.files.diagnostics();
-        let text = serde_json::to_string_pretty(self.core.diagnostics())
-            .map_err(|e| TrainError::Report(e.to_string()))?;
-        std::fs::write(&dp, text).map_err(io_err(&dp))?;
-        let summary = RunSummary {
-            arm: self.cfg.arm.name().into(),
-            seed: self.cfg.seed,
-            steps: self.step,
-            label_regime: self.cfg.label_regime().into(),
-            anchor_fraction: self.cfg.wmrl.anchors.fraction.get(),
-            heldout,
-            in_domain,
-            heldout_sampled,
-            heldout_per_task: per_task,
-            ledger: self.ledger.clone(),
-            diagnostics,
-        };
-        let sp = self.files.summary();
-        let text = serde_json::to_string_pretty(&summary)
-            .map_err(|e| TrainError::Report(e.to_string()))?;
-        std::fs::write(&sp, text).map_err(io_err(&sp))?;
-        Ok(summary)
-    }
-
-    pub fn files(&self) -> &RunFiles {
-        &self.files
-    }
+    Ok((report.overall, per_task))
 }
 
 /// Read a finished run's summary.
@@ -791,12 +894,12 @@ pub fn read_summary(dir: &Path) -> Result<RunSummary> {
 }
 
 /// The two scorers of the correction loop over a step's rollouts.
-struct RolloutScorers<'a> {
+pub struct RolloutScorers<'a> {
     rollouts: &'a [Rollout],
     group_size: usize,
     wm: Option<&'a mut WorldModel>,
     mode: wmrl_worldmodel::ScoreMode,
-    wm_seconds: f64,
+    wm_seconds: &'a mut f64,
     wm_scores: Option<Vec<f64>>,
 }
 
@@ -818,7 +921,7 @@ impl Scorers for RolloutScorers<'_> {
                 .collect();
             let scores = wm.score(&frames, self.mode)?;
             self.wm_scores = Some(scores.iter().map(|s| f64::from(s.score)).collect());
-            self.wm_seconds += t.elapsed().as_secs_f64();
+            *self.wm_seconds += t.elapsed().as_secs_f64();
         }
         let all = self.wm_scores.as_ref().ok_or("no scores")?;
         Ok(groups

@@ -1,0 +1,331 @@
+//! The training loop both tracks run (shared/METHOD.md): draw and roll out
+//! a step's groups, score them through the [`CorrectionLoop`] (world model,
+//! anchors, calibration, weight, advantages), update the policy, and
+//! evaluate and checkpoint on a [`Schedule`]. A track (robot rollouts in a
+//! simulator, AutoResearch solutions in a sandbox) implements [`Track`];
+//! [`Run`] owns the loop, the method's state and the cost ledger, so the
+//! order of the steps and what they charge is written once.
+
+use crate::correction::{CorrectionLoop, Scorers, StepOutcome};
+use crate::{CoreError, Ledger};
+
+/// What a track supplies to the shared loop.
+pub trait Track: Sized {
+    /// One step's groups, as rolled out (robot episodes, sampled solutions).
+    type Batch;
+    /// The real and world-model scorers over one batch.
+    type Scorers<'a>: Scorers
+    where
+        Self: 'a;
+    /// What the track's policy update reports.
+    type Update;
+    type Error: From<CoreError>;
+
+    /// Draw and roll out the groups of step `step` (0-based), charging
+    /// their cost to `ledger`.
+    fn rollouts(&mut self, step: usize, ledger: &mut Ledger) -> Result<Self::Batch, Self::Error>;
+
+    /// The number of rollouts in each of the batch's groups.
+    fn group_sizes(&self, batch: &Self::Batch) -> Vec<usize>;
+
+    /// The scorers the correction loop calls for `batch`; what they spend
+    /// goes to `ledger`.
+    fn scorers<'a>(
+        &'a mut self,
+        batch: &'a Self::Batch,
+        ledger: &'a mut Ledger,
+    ) -> Self::Scorers<'a>;
+
+    /// After scoring, before the update (e.g. charge batched scoring time,
+    /// or refit the world model on the step's anchors). Nothing by default.
+    fn scored(
+        &mut self,
+        _step: usize,
+        _batch: &Self::Batch,
+        _outcome: &StepOutcome,
+        _ledger: &mut Ledger,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// The policy's GRPO update from the step's advantages.
+    fn update(
+        &mut self,
+        step: usize,
+        batch: &Self::Batch,
+        outcome: &StepOutcome,
+        ledger: &mut Ledger,
+    ) -> Result<Self::Update, Self::Error>;
+
+    /// The periodic evaluation of the current policy (after `run.step`
+    /// steps), recorded where the track keeps its results.
+    fn evaluate(run: &mut Run<Self>) -> Result<(), Self::Error>;
+
+    /// Save what resuming at `run.step` needs. Nothing by default (a track
+    /// whose runs restart from the beginning).
+    fn checkpoint(_run: &Run<Self>) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// When [`Run::run`] evaluates and checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Schedule {
+    /// Train until this many steps are done.
+    pub steps: usize,
+    /// Evaluate after every this many steps (0: never, apart from the
+    /// start and the end below).
+    pub eval_every: usize,
+    /// Evaluate (and checkpoint) before the first step of a fresh run.
+    pub eval_at_start: bool,
+    /// Evaluate after the last step (otherwise the last step follows
+    /// `eval_every` like any other only if this is set).
+    pub eval_at_end: bool,
+    /// Checkpoint after every this many steps and after the last (0: only
+    /// after the last).
+    pub checkpoint_every: usize,
+}
+
+impl Schedule {
+    /// Whether the periodic evaluation runs after `done` steps.
+    pub fn eval_due(&self, done: usize) -> bool {
+        if done == self.steps {
+            self.eval_at_end
+        } else {
+            self.eval_every > 0 && done.is_multiple_of(self.eval_every)
+        }
+    }
+
+    /// Whether a checkpoint is written after `done` steps.
+    pub fn checkpoint_due(&self, done: usize) -> bool {
+        done == self.steps
+            || (self.checkpoint_every > 0 && done.is_multiple_of(self.checkpoint_every))
+    }
+}
+
+/// One finished step: what was rolled out, how the correction loop scored
+/// it, and what the update did.
+#[derive(Debug)]
+pub struct Step<T: Track> {
+    /// The step's 0-based index (the run has done `index + 1` steps).
+    pub index: usize,
+    pub batch: T::Batch,
+    pub outcome: StepOutcome,
+    pub update: T::Update,
+}
+
+/// A run of the shared loop: the track, the method's state, the ledger and
+/// the number of steps done.
+#[derive(Debug)]
+pub struct Run<T> {
+    pub track: T,
+    pub core: CorrectionLoop,
+    pub ledger: Ledger,
+    /// Steps done.
+    pub step: usize,
+}
+
+impl<T: Track> Run<T> {
+    pub fn new(track: T, core: CorrectionLoop) -> Self {
+        Self::resumed(track, core, Ledger::default(), 0)
+    }
+
+    /// A run continued after `step` steps with its saved state.
+    pub fn resumed(track: T, core: CorrectionLoop, ledger: Ledger, step: usize) -> Self {
+        Self {
+            track,
+            core,
+            ledger,
+            step,
+        }
+    }
+
+    /// One step: rollouts, the correction loop over both scorers, the
+    /// labels it used charged to the ledger, [`Track::scored`], the update.
+    pub fn train_step(&mut self) -> Result<Step<T>, T::Error> {
+        let index = self.step;
+        let batch = self.track.rollouts(index, &mut self.ledger)?;
+        let sizes = self.track.group_sizes(&batch);
+        let outcome = {
+            let mut scorers = self.track.scorers(&batch, &mut self.ledger);
+            self.core.step(&sizes, None, &mut scorers)?
+        };
+        self.ledger.labels += outcome.stats.labels_used as u64;
+        self.track
+            .scored(index, &batch, &outcome, &mut self.ledger)?;
+        let update = self
+            .track
+            .update(index, &batch, &outcome, &mut self.ledger)?;
+        self.step += 1;
+        Ok(Step {
+            index,
+            batch,
+            outcome,
+            update,
+        })
+    }
+
+    /// Train to `schedule.steps` from wherever the run is, evaluating and
+    /// checkpointing on schedule; `on_step` sees every step (metrics,
+    /// logs) before its evaluation and checkpoint.
+    pub fn run(
+        &mut self,
+        schedule: &Schedule,
+        mut on_step: impl FnMut(&mut Self, Step<T>) -> Result<(), T::Error>,
+    ) -> Result<(), T::Error> {
+        if self.step == 0 && schedule.eval_at_start {
+            T::evaluate(self)?;
+            T::checkpoint(self)?;
+        }
+        while self.step < schedule.steps {
+            let step = self.train_step()?;
+            on_step(self, step)?;
+            if schedule.eval_due(self.step) {
+                T::evaluate(self)?;
+            }
+            if schedule.checkpoint_due(self.step) {
+                T::checkpoint(self)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::correction::ScorerError;
+    use crate::{Arm, CoreConfig, Stage};
+
+    /// Groups of two rollouts whose real outcome is 1 for the first member;
+    /// the world model scores it a little higher. Records what the loop
+    /// called, in order.
+    struct Toy {
+        calls: Vec<String>,
+        evals: Vec<usize>,
+        checkpoints: std::cell::RefCell<Vec<usize>>,
+    }
+
+    struct ToyScorers<'a> {
+        groups: usize,
+        ledger: &'a mut Ledger,
+    }
+
+    impl Scorers for ToyScorers<'_> {
+        fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError> {
+            assert!(groups.iter().all(|&g| g < self.groups));
+            Ok(groups.iter().map(|_| vec![0.6, 0.4]).collect())
+        }
+        fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
+            self.ledger
+                .record(Stage::RealExecution, 2 * groups.len() as u64, 0.0);
+            Ok(groups.iter().map(|_| vec![Some(1.0), Some(0.0)]).collect())
+        }
+    }
+
+    impl Track for Toy {
+        type Batch = usize;
+        type Scorers<'a> = ToyScorers<'a>;
+        type Update = f64;
+        type Error = CoreError;
+
+        fn rollouts(&mut self, step: usize, _: &mut Ledger) -> Result<usize, CoreError> {
+            self.calls.push(format!("rollouts {step}"));
+            Ok(3)
+        }
+        fn group_sizes(&self, batch: &usize) -> Vec<usize> {
+            vec![2; *batch]
+        }
+        fn scorers<'a>(&'a mut self, batch: &'a usize, ledger: &'a mut Ledger) -> ToyScorers<'a> {
+            ToyScorers {
+                groups: *batch,
+                ledger,
+            }
+        }
+        fn scored(
+            &mut self,
+            step: usize,
+            _: &usize,
+            _: &StepOutcome,
+            _: &mut Ledger,
+        ) -> Result<(), CoreError> {
+            self.calls.push(format!("scored {step}"));
+            Ok(())
+        }
+        fn update(
+            &mut self,
+            step: usize,
+            _: &usize,
+            outcome: &StepOutcome,
+            _: &mut Ledger,
+        ) -> Result<f64, CoreError> {
+            self.calls.push(format!("update {step}"));
+            Ok(outcome.advantages.iter().flatten().flatten().sum())
+        }
+        fn evaluate(run: &mut Run<Self>) -> Result<(), CoreError> {
+            let s = run.step;
+            run.track.evals.push(s);
+            Ok(())
+        }
+        fn checkpoint(run: &Run<Self>) -> Result<(), CoreError> {
+            run.track.checkpoints.borrow_mut().push(run.step);
+            Ok(())
+        }
+    }
+
+    fn toy() -> Toy {
+        Toy {
+            calls: Vec::new(),
+            evals: Vec::new(),
+            checkpoints: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_step_calls_the_track_in_order_and_charges_real_labels() {
+        let core = CorrectionLoop::new(CoreConfig::default(), Arm::Sparse, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        let s = run.train_step().expect("ok");
+        assert_eq!(s.index, 0);
+        assert_eq!(run.step, 1);
+        assert_eq!(run.track.calls, ["rollouts 0", "scored 0", "update 0"]);
+        // Sparse: every group is real, so every rollout's label is used.
+        assert_eq!(s.outcome.stats.labels_used, 6);
+        assert_eq!(run.ledger.labels, 6);
+        assert_eq!(run.ledger.real_executions, 6);
+        // Each group is (1, 0): advantages sum to zero within a group.
+        assert!(s.update.abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_schedule_evaluates_at_start_every_k_and_at_the_end() {
+        let sched = Schedule {
+            steps: 5,
+            eval_every: 2,
+            eval_at_start: true,
+            eval_at_end: true,
+            checkpoint_every: 3,
+        };
+        let core = CorrectionLoop::new(CoreConfig::default(), Arm::Sparse, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        let mut seen = Vec::new();
+        run.run(&sched, |r, s| {
+            seen.push((s.index, r.step));
+            Ok(())
+        })
+        .expect("ok");
+        assert_eq!(run.track.evals, [0, 2, 4, 5]);
+        assert_eq!(*run.track.checkpoints.borrow(), [0, 3, 5]);
+        assert_eq!(seen, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]);
+        // Without the end evaluation the last step follows nothing but
+        // the start and the period; a finished run does not step again.
+        let mut s = sched;
+        s.eval_at_end = false;
+        s.steps = 4;
+        s.checkpoint_every = 0;
+        assert!(!s.eval_due(4) && s.eval_due(2) && !s.eval_due(3));
+        assert!(s.checkpoint_due(4) && !s.checkpoint_due(3));
+        run.run(&s, |_, _| panic!("no step after the end"))
+            .expect("ok");
+    }
+}

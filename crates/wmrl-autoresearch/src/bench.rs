@@ -12,10 +12,15 @@ use crate::train::{ArArm, StepLog, TrainReport};
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
 /// the robot track's too); NaN for no values, a NaN half-width for one.
 pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
-    match wmrl_core::stats::MeanCi::of(xs) {
-        None => (f64::NAN, f64::NAN),
-        Some(c) if c.n < 2 => (c.mean, f64::NAN),
-        Some(c) => (c.mean, c.hi - c.mean),
+    wmrl_core::stats::MeanCi::of(xs).map_or((f64::NAN, f64::NAN), |c| ci95_of(&c))
+}
+
+/// [`mean_ci95`]'s pair from an interval.
+fn ci95_of(c: &wmrl_core::stats::MeanCi) -> (f64, f64) {
+    if c.n < 2 {
+        (c.mean, f64::NAN)
+    } else {
+        (c.mean, c.hi - c.mean)
     }
 }
 
@@ -463,18 +468,19 @@ pub fn run_bench(
         }
         _ => None,
     };
-    let diffs: Vec<f64> = (0..cfg.seeds)
-        .filter_map(|sd| {
-            let f = |arm| {
+    let finals = |arm| -> Vec<(u64, f64)> {
+        (0..cfg.seeds)
+            .filter_map(|sd| {
                 reports
                     .iter()
                     .find(|x: &&TrainReport| x.arm == arm && x.seed == sd)
-                    .map(|x| x.final_position())
-            };
-            Some(f(ArArm::Wmrl)? - f(ArArm::Real)?)
-        })
-        .collect();
-    let wmrl_minus_real = (!diffs.is_empty()).then(|| mean_ci95(&diffs));
+                    .map(|x| (sd, x.final_position()))
+            })
+            .collect()
+    };
+    let wmrl_minus_real =
+        wmrl_core::stats::MeanCi::paired(&finals(ArArm::Wmrl), &finals(ArArm::Real))
+            .map(|d| ci95_of(&d));
     plot(&reports, &out.join("score_vs_sandbox_cpu.png"))?;
     let res = BenchResult {
         config: cfg.clone(),

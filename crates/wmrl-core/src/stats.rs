@@ -51,6 +51,17 @@ impl MeanCi {
         })
     }
 
+    /// The paired differences `a - b` over the seeds both have (`(seed,
+    /// value)`, in `a`'s order), with their interval; `None` when no seed
+    /// is shared.
+    pub fn paired(a: &[(u64, f64)], b: &[(u64, f64)]) -> Option<Self> {
+        let d: Vec<f64> = a
+            .iter()
+            .filter_map(|&(seed, x)| b.iter().find(|y| y.0 == seed).map(|y| x - y.1))
+            .collect();
+        Self::of(&d)
+    }
+
     pub fn overlaps(&self, o: &MeanCi) -> bool {
         self.lo <= o.hi && o.lo <= self.hi
     }
@@ -130,5 +141,15 @@ mod tests {
         let (lo, hi) = wilson(5, 10);
         assert!((lo - 0.2366).abs() < 1e-4 && (hi - 0.7634).abs() < 1e-4);
         assert_eq!(wilson(0, 0), (0.0, 1.0));
+    }
+
+    #[test]
+    fn paired_differences_use_only_shared_seeds() {
+        let a = [(0, 0.5), (1, 0.7), (3, 0.9)];
+        let b = [(1, 0.4), (0, 0.25), (2, 0.0)];
+        let d = MeanCi::paired(&a, &b).expect("two shared seeds");
+        assert_eq!(d.n, 2);
+        assert!((d.mean - 0.275).abs() < 1e-12);
+        assert!(MeanCi::paired(&a[2..], &b).is_none());
     }
 }

@@ -106,15 +106,13 @@ fn paired_by(
     b: &ArmResult,
     f: impl Fn(&RunSummary) -> Option<f64>,
 ) -> Option<MeanCi> {
-    let d: Vec<f64> = a
-        .runs
-        .iter()
-        .filter_map(|x| {
-            let y = b.runs.iter().find(|y| y.seed == x.seed)?;
-            Some(f(x)? - f(y)?)
-        })
-        .collect();
-    MeanCi::of(&d)
+    let values = |r: &ArmResult| -> Vec<(u64, f64)> {
+        r.runs
+            .iter()
+            .filter_map(|x| Some((x.seed, f(x)?)))
+            .collect()
+    };
+    MeanCi::paired(&values(a), &values(b))
 }
 
 /// Whether a paired interval separates the two, said plainly.

@@ -158,19 +158,17 @@ impl Trainer {
                     .into(),
             });
         }
+        let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
+        let toml = cfg.to_toml()?;
         let policy = load_policy(&cfg.policy)?;
-        let reference = load_policy(&cfg.policy)?;
-        let world_model = load_world_model(&cfg)?;
+        // Everything is loaded before the run directory is touched.
+        let track = RobotTrack::open(cfg, files, policy)?;
+        let files = &track.files;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         for f in [files.metrics(), files.eval(), files.calibration()] {
             metrics::truncate(&f, 0)?;
         }
-        std::fs::write(files.config(), cfg.to_toml()?).map_err(io_err(&files.config()))?;
-        let optimizer =
-            PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
-        let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
-        let env = make_env(&cfg)?;
-        let track = RobotTrack::new(cfg, files, policy, reference, optimizer, env, world_model);
+        std::fs::write(files.config(), toml).map_err(io_err(&files.config()))?;
         Ok(Self {
             run: Run::new(track, core),
         })
@@ -213,16 +211,12 @@ impl Trainer {
             });
         }
         let policy = crate::device::load_policy(&ck.join("policy"))?;
-        let reference = load_policy(&cfg.policy)?;
-        let mut optimizer =
-            PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
-        optimizer.load(&ck.join("optimizer.safetensors"))?;
+        let mut track = RobotTrack::open(cfg, files, policy)?;
+        track.optimizer.load(&ck.join("optimizer.safetensors"))?;
+        let files = &track.files;
         metrics::truncate(&files.metrics(), state.metrics_len)?;
         metrics::truncate(&files.eval(), state.eval_len)?;
         metrics::truncate(&files.calibration(), state.calibration_len)?;
-        let world_model = load_world_model(&cfg)?;
-        let env = make_env(&cfg)?;
-        let track = RobotTrack::new(cfg, files, policy, reference, optimizer, env, world_model);
         Ok(Self {
             run: Run::resumed(track, state.core, state.ledger, state.step),
         })
@@ -338,16 +332,16 @@ impl Trainer {
 }
 
 impl RobotTrack {
-    fn new(
-        cfg: TrainConfig,
-        files: RunFiles,
-        policy: Policy,
-        reference: Policy,
-        optimizer: PolicyOptimizer,
-        env: Box<dyn VecEnv>,
-        world_model: Option<WorldModel>,
-    ) -> Self {
-        Self {
+    /// The track around `policy` (the SFT start or a checkpoint's): the
+    /// frozen reference (the SFT policy), a fresh optimiser over the
+    /// trainable parameters, the world model the arm reads, the simulator.
+    fn open(cfg: TrainConfig, files: RunFiles, policy: Policy) -> Result<Self> {
+        let reference = load_policy(&cfg.policy)?;
+        let optimizer =
+            PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
+        let world_model = load_world_model(&cfg)?;
+        let env = make_env(&cfg)?;
+        Ok(Self {
             cfg,
             files,
             policy,
@@ -357,7 +351,7 @@ impl RobotTrack {
             world_model,
             wm_seconds: 0.0,
             step_started: Instant::now(),
-        }
+        })
     }
 
     /// The groups of step `step`: (task, initial state) drawn from the

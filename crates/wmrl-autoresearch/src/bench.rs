@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::rundir::{RunDir, read_json, write_json};
 use crate::train::{ArArm, StepLog, TrainReport};
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
@@ -360,7 +361,7 @@ impl BenchResult {
 ///
 /// Resumable: the settings go to `out/bench_config.json` first; the
 /// predictor's data and weights, and every finished run
-/// (`<arm>_seed<k>.report.json`), are read back instead of redone when the
+/// (`<arm>/seed<k>/summary.json`, a [`RunDir`]), are read back instead of redone when the
 /// bench is started again on the same `out`. Settings that differ from the
 /// recorded ones (other than the number of seeds) are refused, naming the
 /// first differing key, so one bench never mixes runs of two settings.
@@ -418,7 +419,8 @@ pub fn run_bench(
     let mut reports = Vec::new();
     for seed in 0..cfg.seeds {
         for arm in ArArm::ALL {
-            let done = out.join(format!("{}_seed{seed}.report.json", arm.name()));
+            let run = RunDir::in_bench(out, arm.name(), seed);
+            let done = run.summary();
             if done.exists() {
                 let r: TrainReport = read_json(&done)?;
                 if r.arm != arm || r.seed != seed {
@@ -437,7 +439,7 @@ pub fn run_bench(
             let refit = crate::train::PredictorRefit {
                 data: &train_data,
                 config: &cfg.predictor,
-                onnx_path: out.join(format!("predictor_{}_seed{seed}.onnx", arm.name())),
+                onnx_path: run.predictor(),
             };
             let r = crate::train::train_with_refit(
                 &cfg.train,
@@ -446,7 +448,7 @@ pub fn run_bench(
                 suite,
                 ex,
                 Some(&onnx),
-                Some(&out.join(format!("{}_seed{seed}.jsonl", arm.name()))),
+                Some(&run),
                 Some(&refit),
             )?;
             tracing::info!(
@@ -456,7 +458,6 @@ pub fn run_bench(
                 cpu = r.ledger.real_cpu_seconds,
                 "run done"
             );
-            write_json(&done, &r)?;
             reports.push(r);
         }
     }
@@ -508,7 +509,11 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
             .map_err(crate::error::io_err(dir))?
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| n.starts_with("predictor") || n.ends_with(".report.json"));
+            .find(|n| {
+                n.starts_with("predictor")
+                    || n.ends_with(".report.json")
+                    || ArArm::from_name(n).is_some()
+            });
         if let Some(name) = stale {
             return Err(Error::Config(format!(
                 "{}: holds bench results ({name}) but no bench_config.json, so their \
@@ -574,24 +579,4 @@ fn lookup(v: &serde_json::Value, dotted: &str) -> String {
         .split('.')
         .try_fold(v, |v, k| v.get(k))
         .map_or("(absent)".to_string(), |v| v.to_string())
-}
-
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    let text = std::fs::read_to_string(path).map_err(crate::error::io_err(path))?;
-    serde_json::from_str(&text).map_err(|source| Error::Json {
-        path: path.into(),
-        source,
-    })
-}
-
-/// Write JSON through a temporary file and a rename, so an interrupted
-/// write never leaves a half file that a resumed bench would read.
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|source| Error::Json {
-        path: path.into(),
-        source,
-    })?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(crate::error::io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(crate::error::io_err(path))
 }

@@ -19,6 +19,7 @@ pub mod onnx_predictor;
 pub mod policy;
 pub mod predictor;
 pub mod rewards;
+pub mod rundir;
 pub mod sandbox;
 pub mod solution;
 pub mod table;
@@ -28,5 +29,6 @@ pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite
 pub use error::{Error, Result};
 pub use grade::{Grade, Ladder, Rung, grade, leaderboard_position, position_score};
 pub use onnx_predictor::OnnxPredictor;
+pub use rundir::RunDir;
 pub use sandbox::{Exit, Isolation, PathViews, Run, RunReport, Sandbox, SandboxConfig};
 pub use train::{ArArm, TrainConfig, TrainReport, train};

@@ -6,8 +6,6 @@
 //! policy samples on the held-out competitions and is charged to the
 //! ledger's `Eval` stage, never to training cost.
 
-use std::io::Write;
-use std::path::Path;
 use std::time::Instant;
 
 use rand::Rng;
@@ -26,6 +24,7 @@ use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::input;
+use crate::rundir::{RunDir, append_jsonl, create_jsonl, write_json};
 
 /// The three arms of the AutoResearch benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -343,6 +342,8 @@ struct ArTrack<'a> {
     /// Real executions before the current step.
     executions_before: u64,
     evals: Vec<EvalPoint>,
+    /// eval.jsonl of the run directory, when there is one.
+    eval_file: Option<(std::fs::File, std::path::PathBuf)>,
 }
 
 /// A step's groups: (training competition, its sampled solutions).
@@ -478,13 +479,17 @@ impl Track for ArTrack<'_> {
             t.seed.wrapping_add(run.step as u64),
             &mut run.ledger,
         )?;
-        t.evals.push(EvalPoint {
+        let point = EvalPoint {
             step: run.step,
             train_cpu_secs: run.ledger.real_cpu_seconds,
             heldout_position: p,
             heldout_reward: r,
             valid_fraction: v,
-        });
+        };
+        if let Some((f, path)) = t.eval_file.as_mut() {
+            append_jsonl(f, path, &point)?;
+        }
+        t.evals.push(point);
         Ok(())
     }
 }
@@ -496,8 +501,9 @@ impl ArTrack<'_> {
 }
 
 /// Train one arm with one seed. `predictor` (the exported ONNX file, scored
-/// through ONNX Runtime) is required for `wm` and `wmrl`.
-/// Step metrics go to `metrics` as JSONL when given.
+/// through ONNX Runtime) is required for `wm` and `wmrl`. With `run`, the
+/// run's files go there ([`RunDir`]: config, step metrics and evaluations
+/// as they happen, then diagnostics and, last, the summary).
 pub fn train(
     cfg: &TrainConfig,
     arm: ArArm,
@@ -505,9 +511,9 @@ pub fn train(
     suite: &Suite,
     executor: &Executor,
     predictor: Option<&OnnxPredictor>,
-    metrics: Option<&Path>,
+    run: Option<&RunDir>,
 ) -> Result<TrainReport> {
-    train_with_refit(cfg, arm, seed, suite, executor, predictor, metrics, None)
+    train_with_refit(cfg, arm, seed, suite, executor, predictor, run, None)
 }
 
 /// [`train`], refitting the predictor every
@@ -521,7 +527,7 @@ pub fn train_with_refit(
     suite: &Suite,
     executor: &Executor,
     predictor: Option<&OnnxPredictor>,
-    metrics: Option<&Path>,
+    run_dir: Option<&RunDir>,
     refit: Option<&PredictorRefit<'_>>,
 ) -> Result<TrainReport> {
     let refits = cfg.refit_predictor_every > 0 && arm != ArArm::Real;
@@ -543,9 +549,16 @@ pub fn train_with_refit(
             "need training competitions, group_size >= 2, groups_per_step >= 1".into(),
         ));
     }
-    let mut out = match metrics {
-        Some(p) => Some(std::fs::File::create(p).map_err(io_err(p))?),
-        None => None,
+    let (mut out, eval_file) = match run_dir {
+        Some(d) => {
+            std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
+            write_json(&d.config(), cfg)?;
+            (
+                Some((create_jsonl(&d.metrics())?, d.metrics())),
+                Some((create_jsonl(&d.eval())?, d.eval())),
+            )
+        }
+        None => (None, None),
     };
     let track = ArTrack {
         cfg,
@@ -562,6 +575,7 @@ pub fn train_with_refit(
         train_comps,
         executions_before: 0,
         evals: Vec::new(),
+        eval_file,
     };
     let mut run = Run::new(
         track,
@@ -595,19 +609,23 @@ pub fn train_with_refit(
             kl: s.update.kl,
             entropy: s.update.entropy,
         };
-        if let Some(f) = out.as_mut() {
-            let line = serde_json::to_string(&log).unwrap_or_default();
-            let _ = writeln!(f, "{line}");
+        if let Some((f, path)) = out.as_mut() {
+            append_jsonl(f, path, &log)?;
         }
         tracing::info!(arm = arm.name(), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
         steps.push(log);
         Ok(())
     })?;
-    Ok(TrainReport {
+    let report = TrainReport {
         arm,
         seed,
         evals: std::mem::take(&mut run.track.evals),
         steps,
         ledger: run.ledger,
-    })
+    };
+    if let Some(d) = run_dir {
+        write_json(&d.diagnostics(), run.core.diagnostics())?;
+        write_json(&d.summary(), &report)?;
+    }
+    Ok(report)
 }

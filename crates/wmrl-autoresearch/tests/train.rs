@@ -51,7 +51,41 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         ..Default::default()
     };
     for arm in ArArm::ALL {
-        let r = train(&cfg, arm, 7, &suite, &ex, Some(&onnx), None).unwrap();
+        // The run directory, laid out as the robot track's.
+        let run = wmrl_autoresearch::RunDir::in_bench(cache.path(), arm.name(), 7);
+        let r = train(&cfg, arm, 7, &suite, &ex, Some(&onnx), Some(&run)).unwrap();
+        let lines = |p: std::path::PathBuf| -> Vec<serde_json::Value> {
+            std::fs::read_to_string(&p)
+                .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                .lines()
+                .map(|l| serde_json::from_str(l).expect("json line"))
+                .collect()
+        };
+        let read = |p: std::path::PathBuf| -> serde_json::Value {
+            serde_json::from_str(&std::fs::read_to_string(&p).expect("file")).expect("json")
+        };
+        assert_eq!(
+            lines(run.metrics()),
+            serde_json::to_value(&r.steps)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        assert_eq!(
+            lines(run.eval()),
+            serde_json::to_value(&r.evals)
+                .unwrap()
+                .as_array()
+                .unwrap()
+                .clone()
+        );
+        assert_eq!(read(run.summary()), serde_json::to_value(&r).unwrap());
+        assert_eq!(read(run.config()), serde_json::to_value(&cfg).unwrap());
+        assert_eq!(
+            read(run.diagnostics())["steps"].as_array().map(Vec::len),
+            Some(2)
+        );
         assert_eq!(r.evals.len(), 2, "{arm:?}");
         assert_eq!(r.steps.len(), 2);
         let l = &r.ledger;
@@ -143,7 +177,7 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     let first = run_bench(&cfg, &suite, &ex, &out).unwrap();
     assert_eq!(first.reports.len(), ArArm::ALL.len());
     // Mark one finished run: a restart must read it back, not redo it.
-    let done = out.join("wmrl_seed0.report.json");
+    let done = out.join("wmrl").join("seed0").join("summary.json");
     let mut v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&done).unwrap()).unwrap();
     v["ledger"]["real_cpu_seconds"] = serde_json::json!(12345.0);
@@ -197,5 +231,5 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     // A corrupt run file is an error that names it, not a silent rerun.
     std::fs::write(&done, "{ truncated").unwrap();
     let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
-    assert!(err.contains("wmrl_seed0.report.json"), "{err}");
+    assert!(err.contains("wmrl/seed0/summary.json"), "{err}");
 }

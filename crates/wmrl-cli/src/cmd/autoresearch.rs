@@ -364,9 +364,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
                 )?)
             };
-            let dir = out.join(format!("{}_seed{seed}", arm.name()));
-            mkdir(&dir)?;
-            std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg)?)?;
+            let run = wmrl_autoresearch::RunDir::in_bench(&out, arm.name(), seed);
             let r = train(
                 &cfg,
                 arm,
@@ -374,9 +372,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &s,
                 &executor(&common)?,
                 pred.as_ref(),
-                Some(&dir.join("metrics.jsonl")),
+                Some(&run),
             )?;
-            std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&r)?)?;
             for e in &r.evals {
                 println!(
                     "step {:>3}  sandbox cpu {:>8.1}s  held-out position {:.3}  reward {:.3}  valid {:.2}",

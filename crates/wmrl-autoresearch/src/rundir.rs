@@ -1,0 +1,90 @@
+//! An AutoResearch run directory, laid out as the robot track's
+//! (docs/architecture.md, "Run directories"):
+//!
+//! | file | what |
+//! |---|---|
+//! | `config.json` | the run's [`crate::TrainConfig`] |
+//! | `metrics.jsonl` | one [`crate::train::StepLog`] per training step |
+//! | `eval.jsonl` | one [`crate::train::EvalPoint`] per held-out evaluation |
+//! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
+//! | `summary.json` | the [`crate::TrainReport`], written last: the run is finished |
+//! | `predictor.onnx` | with `refit_predictor_every`, the latest refitted predictor |
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Error, Result, io_err};
+
+/// The files of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    pub dir: PathBuf,
+}
+
+impl RunDir {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+    /// `<out>/<arm>/seed<k>`: where a bench (either track's) keeps a run.
+    pub fn in_bench(out: &Path, arm: &str, seed: u64) -> Self {
+        Self::new(out.join(arm).join(format!("seed{seed}")))
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.join("config.json")
+    }
+    pub fn metrics(&self) -> PathBuf {
+        self.dir.join("metrics.jsonl")
+    }
+    pub fn eval(&self) -> PathBuf {
+        self.dir.join("eval.jsonl")
+    }
+    pub fn diagnostics(&self) -> PathBuf {
+        self.dir.join("diagnostics.json")
+    }
+    pub fn summary(&self) -> PathBuf {
+        self.dir.join("summary.json")
+    }
+    pub fn predictor(&self) -> PathBuf {
+        self.dir.join("predictor.onnx")
+    }
+}
+
+pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    serde_json::from_str(&text).map_err(|source| Error::Json {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Write JSON through a temporary file and a rename, so an interrupted
+/// write never leaves a half file that a resumed bench would read.
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).map_err(|source| Error::Json {
+        path: path.into(),
+        source,
+    })?;
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err(path))
+}
+
+/// Append one JSON line to `f` (opened by [`create_jsonl`]).
+pub(crate) fn append_jsonl<T: Serialize>(
+    f: &mut std::fs::File,
+    path: &Path,
+    value: &T,
+) -> Result<()> {
+    let line = serde_json::to_string(value).map_err(|source| Error::Json {
+        path: path.into(),
+        source,
+    })?;
+    writeln!(f, "{line}").map_err(io_err(path))
+}
+
+/// An empty JSONL file at `path`.
+pub(crate) fn create_jsonl(path: &Path) -> Result<std::fs::File> {
+    std::fs::File::create(path).map_err(io_err(path))
+}

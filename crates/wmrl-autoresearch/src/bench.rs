@@ -279,6 +279,78 @@ pub struct BenchResult {
 }
 
 impl BenchResult {
+    /// report.md: the arms with intervals over seeds, every pair of arms
+    /// paired by seed with a verdict (the robot bench's words), and the
+    /// plain-text details.
+    pub fn markdown(&self) -> String {
+        use wmrl_core::stats::MeanCi;
+        let by_seed = |arm: ArArm, f: &dyn Fn(&TrainReport) -> f64| -> Vec<(u64, f64)> {
+            self.reports
+                .iter()
+                .filter(|r| r.arm == arm)
+                .map(|r| (r.seed, f(r)))
+                .collect()
+        };
+        let finals = |arm| by_seed(arm, &|r: &TrainReport| r.final_position());
+        let starts = |arm| {
+            by_seed(arm, &|r: &TrainReport| {
+                r.evals.first().map_or(0.0, |e| e.heldout_position)
+            })
+        };
+        let cell = |c: Option<MeanCi>, signed| c.map_or("-".into(), |c| c.plain(3, signed));
+        let values = |v: &[(u64, f64)]| v.iter().map(|x| x.1).collect::<Vec<_>>();
+        let mut s = String::from(
+            "# wmrl autoresearch bench\n\nEvery number below was produced by `wmrl autoresearch bench` \
+             from the run directories beside this file (`<arm>/seed<k>/`). A run's figure is its \
+             final held-out mean position score (leaderboard position, invalid solutions count 0) \
+             over sampled solutions on every held-out competition; `start` is the same measure \
+             before training, and gains are paired with it by seed. Intervals are 95% Student-t \
+             intervals over seeds.\n\n## Held-out position\n\n\
+             | arm | seeds | final position (95% CI) | start | gain over start (95% CI) | \
+             training sandbox CPU-s (95% CI) | executions | world-model scores |\n\
+             |---|---|---|---|---|---|---|---|\n",
+        );
+        for a in &self.summary {
+            let cpu = values(&by_seed(a.arm, &|r: &TrainReport| {
+                r.ledger.real_cpu_seconds
+            }));
+            s += &format!(
+                "| {} | {} | {} | {:.3} | {} | {} | {:.0} | {:.0} |\n",
+                a.arm.name(),
+                a.seeds,
+                cell(MeanCi::of(&values(&finals(a.arm))), false),
+                a.initial_position_mean,
+                cell(MeanCi::paired(&finals(a.arm), &starts(a.arm)), true),
+                MeanCi::of(&cpu).map_or("-".into(), |c| c.plain(1, false)),
+                a.executions_mean,
+                a.wm_rollouts_mean,
+            );
+        }
+        s += "\n## Paired differences (final held-out position, by seed)\n\n\
+              | difference | seeds | position difference (95% t-interval) | verdict |\n|---|---|---|---|\n";
+        let arms: Vec<ArArm> = self.summary.iter().map(|a| a.arm).collect();
+        for (i, &a) in arms.iter().enumerate().rev() {
+            for &b in arms[..i].iter().rev() {
+                if let Some(d) = MeanCi::paired(&finals(a), &finals(b)) {
+                    s += &format!(
+                        "| `{}` - `{}` | {} | {} | {} |\n",
+                        a.name(),
+                        b.name(),
+                        d.n,
+                        d.plain(3, true),
+                        d.verdict()
+                    );
+                }
+            }
+        }
+        s += &format!(
+            "\n## Details (as `wmrl autoresearch bench` prints them)\n\n```text\n{}```\n\n\
+             ![held-out position against training sandbox CPU-seconds](score_vs_sandbox_cpu.png)\n",
+            self.table()
+        );
+        s
+    }
+
     /// The summary as a plain-text table.
     pub fn table(&self) -> String {
         let mut s = format!(
@@ -495,6 +567,8 @@ pub fn run_bench(
         wmrl_minus_real,
     };
     write_json(&out.join("bench.json"), &res)?;
+    let md = out.join("report.md");
+    std::fs::write(&md, res.markdown()).map_err(crate::error::io_err(&md))?;
     Ok(res)
 }
 

@@ -176,6 +176,15 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     let out = dir.path().join("bench");
     let first = run_bench(&cfg, &suite, &ex, &out).unwrap();
     assert_eq!(first.reports.len(), ArArm::ALL.len());
+    // report.md: a row per arm, every pair of arms paired by seed.
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    for arm in ArArm::ALL {
+        assert!(md.contains(&format!("| {} | 1 |", arm.name())), "{md}");
+    }
+    assert!(
+        md.contains("| `wmrl` - `real` | 1 |") && md.contains("one seed: not resolved"),
+        "{md}"
+    );
     // Mark one finished run: a restart must read it back, not redo it.
     let done = out.join("wmrl").join("seed0").join("summary.json");
     let mut v: serde_json::Value =

@@ -76,14 +76,43 @@ impl MeanCi {
         self.format(true)
     }
 
+    /// `0.633 [0.387, 0.879]` (`signed`: `+0.104 [...]`) on the value's
+    /// own scale with `decimals` places.
+    pub fn plain(&self, decimals: usize, signed: bool) -> String {
+        self.format_by(|x| {
+            if signed {
+                format!("{x:+.decimals$}")
+            } else {
+                format!("{x:.decimals$}")
+            }
+        })
+    }
+
+    /// Whether a paired difference's interval separates the two, said
+    /// plainly (both benches' reports use these words).
+    pub fn verdict(&self) -> &'static str {
+        if self.n < 2 {
+            "one seed: not resolved"
+        } else if self.lo > 0.0 {
+            "resolved: the first is higher"
+        } else if self.hi < 0.0 {
+            "resolved: the second is higher"
+        } else {
+            "interval spans 0: not resolved"
+        }
+    }
+
     fn format(&self, signed: bool) -> String {
-        let f = |x: f64| {
+        self.format_by(|x| {
             if signed {
                 format!("{:+.1}", 100.0 * x)
             } else {
                 format!("{:.1}", 100.0 * x)
             }
-        };
+        })
+    }
+
+    fn format_by(&self, f: impl Fn(f64) -> String) -> String {
         if self.n < 2 {
             return format!("{} (1 seed)", f(self.mean));
         }

@@ -115,19 +115,6 @@ fn paired_by(
     MeanCi::paired(&values(a), &values(b))
 }
 
-/// Whether a paired interval separates the two, said plainly.
-fn verdict(d: &MeanCi) -> &'static str {
-    if d.n < 2 {
-        "one seed: not resolved"
-    } else if d.lo > 0.0 {
-        "resolved: the first is higher"
-    } else if d.hi < 0.0 {
-        "resolved: the second is higher"
-    } else {
-        "interval spans 0: not resolved"
-    }
-}
-
 /// Held-out curve points of one run: the periodic `curve` evaluations (the
 /// start's, from the bench's start run, when the run did not evaluate its
 /// own step 0), falling back to `heldout` records of older runs.
@@ -336,14 +323,14 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
             && let Some(d) = paired(ra, rb)
         {
             let sampled = paired_sampled(ra, rb).map_or("- | -".into(), |s| {
-                format!("{} | {}", s.points(), verdict(&s))
+                format!("{} | {}", s.points(), s.verdict())
             });
             let _ = writeln!(
                 paired_md,
                 "| `{a}` - `{b}` | {} | {} | {} | {sampled} |",
                 d.n,
                 d.points(),
-                verdict(&d)
+                d.verdict()
             );
         }
     }
@@ -696,6 +683,6 @@ mod tests {
         let s = paired_sampled(&a, &b).expect("two seeds");
         assert_eq!(s.n, 2);
         assert!(s.mean.abs() < 1e-9, "+0.10 and -0.10: {}", s.mean);
-        assert_eq!(verdict(&s), "interval spans 0: not resolved");
+        assert_eq!(s.verdict(), "interval spans 0: not resolved");
     }
 }

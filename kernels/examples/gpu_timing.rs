@@ -1,7 +1,8 @@
 //! `cargo run --release -p wmrl-kernels --example gpu_timing`: each kernel
 //! against its CPU reference on the same inputs (a step's action tokens:
 //! 64 calls x 56 tokens x 256 bins; 64 images of 128x128 with 200
-//! triangles each), milliseconds per call, as a markdown table. Needs a CUDA
+//! triangles each; one simulator observation, both cameras), milliseconds
+//! per call, as a markdown table. Needs a CUDA
 //! device (scripts/gpu-check runs it).
 
 use std::time::Instant;
@@ -95,6 +96,25 @@ fn main() {
         },
         20,
     );
+    // The simulator's whole observation (both 128x128 cameras of a task-0
+    // scene): the CPU renderer, then the GPU one after `enable`.
+    let mut env = wmrl_sim::TabletopEnv::new(wmrl_sim::SimConfig::default()).expect("sim");
+    let init = env.init_state(0, 0).expect("init state");
+    env.reset_to(0, &init).expect("reset");
+    let cpu_obs = ms(
+        || {
+            std::hint::black_box(env.observe().expect("observe"));
+        },
+        50,
+    );
+    wmrl_sim::gpu::enable(0).expect("GPU renderer");
+    env.reset_to(0, &init).expect("reset");
+    let gpu_obs = ms(
+        || {
+            std::hint::black_box(env.observe().expect("observe"));
+        },
+        50,
+    );
     println!("| kernel | work | CPU ms | GPU ms (with transfers) | speed-up |");
     println!("|---|---|---|---|---|");
     println!(
@@ -104,5 +124,9 @@ fn main() {
     println!(
         "| raster | {images} images {w}x{h}, {per} triangles each | {cpu_r:.2} | {gpu_r:.2} | {:.1}x |",
         cpu_r / gpu_r
+    );
+    println!(
+        "| raster in the simulator | one observation: agent view + wrist, 128x128 (host part on the CPU) | {cpu_obs:.2} | {gpu_obs:.2} | {:.1}x |",
+        cpu_obs / gpu_obs
     );
 }

@@ -88,6 +88,14 @@ pub struct Gpu {
     modules: Vec<(&'static str, Arc<CudaModule>)>,
 }
 
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("ordinal", &self.ctx.ordinal())
+            .finish()
+    }
+}
+
 impl Gpu {
     /// Device `ordinal`, or why there is none (no driver library, no
     /// device).

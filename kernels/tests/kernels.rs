@@ -135,3 +135,44 @@ fn raster_kernel_matches_the_cpu_renderer() {
     );
     assert!(frac < 0.005, "{:.3}% of pixels differ", 100.0 * frac);
 }
+
+#[test]
+fn the_simulator_renders_on_the_gpu_like_on_the_cpu() {
+    // The whole path `--device cuda` takes: a renderer built after
+    // `wmrl_sim::gpu::enable` records both cameras and fills them in one
+    // launch; its frames agree with the CPU renderer's on real scenes.
+    if gpu_or_skip("simulator rendering on the GPU").is_none() {
+        return;
+    }
+    let mut env = wmrl_sim::TabletopEnv::new(wmrl_sim::SimConfig::default()).unwrap();
+    let mut cpu_frames = Vec::new();
+    let scenes: Vec<(usize, wmrl_sim::InitState)> = (0..10)
+        .map(|task| (task, env.init_state(task, task).unwrap()))
+        .collect();
+    for (task, init) in &scenes {
+        cpu_frames.push(env.reset_to(*task, init).unwrap().frames);
+    }
+    assert!(!wmrl_sim::gpu::enabled());
+    wmrl_sim::gpu::enable(0).unwrap();
+    let (mut differ, mut total) = (0usize, 0usize);
+    for ((task, init), cpu) in scenes.iter().zip(&cpu_frames) {
+        let gpu = env.reset_to(*task, init).unwrap().frames;
+        assert_eq!(gpu.len(), cpu.len());
+        for (g, c) in gpu.iter().zip(cpu) {
+            assert_eq!(g.rgb.len(), c.rgb.len());
+            differ += g
+                .rgb
+                .chunks(3)
+                .zip(c.rgb.chunks(3))
+                .filter(|(a, b)| a != b)
+                .count();
+            total += c.rgb.len() / 3;
+        }
+    }
+    let frac = differ as f64 / total as f64;
+    eprintln!(
+        "simulator frames on the GPU: {differ} of {total} pixels differ from the CPU's ({:.4}%)",
+        100.0 * frac
+    );
+    assert!(frac < 0.005, "{:.3}% of pixels differ", 100.0 * frac);
+}

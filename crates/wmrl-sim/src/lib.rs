@@ -16,6 +16,7 @@ mod demo;
 mod env;
 mod error;
 mod expert;
+pub mod gpu;
 pub mod predicates;
 pub mod raster;
 mod render;

@@ -103,6 +103,29 @@ impl Camera {
 
 const NEAR: f32 = 0.01;
 
+/// One image's drawing as the GPU rasteriser takes it (kernels/raster.cu):
+/// the background gradient and every screen-space triangle in drawing
+/// order, with its colour.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Recording {
+    /// `[x0, y0, z0, x1, y1, z1, x2, y2, z2]` per triangle (pixels, inverse
+    /// depth).
+    pub tris: Vec<f32>,
+    /// `0x00RRGGBB` per triangle.
+    pub colors: Vec<u32>,
+    /// Top and bottom of the background gradient, `0x00RRGGBB`.
+    pub bg: [u32; 2],
+}
+
+/// `0x00RRGGBB`.
+pub fn pack_rgb(c: [u8; 3]) -> u32 {
+    (u32::from(c[0]) << 16) | (u32::from(c[1]) << 8) | u32::from(c[2])
+}
+
+fn unpack_rgb(c: u32) -> [u8; 3] {
+    [(c >> 16) as u8, (c >> 8) as u8, c as u8]
+}
+
 /// Colour and depth buffers of one image.
 #[derive(Debug, Clone)]
 pub struct Raster {
@@ -112,6 +135,9 @@ pub struct Raster {
     depth: Vec<f32>,
     light: Vec3,
     cam_cache: Vec<Vec3>,
+    /// While recording, `clear` and `fill_screen_tri` append here instead
+    /// of touching the buffers.
+    recording: Option<Recording>,
 }
 
 impl Raster {
@@ -123,11 +149,41 @@ impl Raster {
             depth: vec![0.0; width * height],
             light: Vec3::new(0.35, -0.45, 0.82).normalize(),
             cam_cache: Vec::new(),
+            recording: None,
+        }
+    }
+
+    /// From now on record the drawing (everything up to the per-pixel
+    /// stage: transform, culling, shading, clipping, projection) instead of
+    /// filling pixels.
+    pub fn start_recording(&mut self) {
+        self.recording = Some(Recording::default());
+    }
+
+    /// Stop recording and return what was drawn since [`Self::start_recording`].
+    pub fn take_recording(&mut self) -> Option<Recording> {
+        self.recording.take()
+    }
+
+    /// Fill the buffers from a recording on the CPU: the same pixels as
+    /// drawing directly.
+    pub fn replay(&mut self, rec: &Recording) {
+        self.clear(unpack_rgb(rec.bg[0]), unpack_rgb(rec.bg[1]));
+        for (t, &c) in rec.tris.chunks_exact(9).zip(&rec.colors) {
+            let t: [f32; 9] = std::array::from_fn(|k| t[k]);
+            self.fill_screen_tri(t, unpack_rgb(c));
         }
     }
 
     /// Fill with a vertical gradient from `top` to `bottom` and clear depth.
     pub fn clear(&mut self, top: [u8; 3], bottom: [u8; 3]) {
+        if let Some(r) = self.recording.as_mut() {
+            *r = Recording {
+                bg: [pack_rgb(top), pack_rgb(bottom)],
+                ..Recording::default()
+            };
+            return;
+        }
         self.depth.fill(0.0);
         let h = self.height.max(2) as f32 - 1.0;
         for y in 0..self.height {
@@ -216,6 +272,11 @@ impl Raster {
     /// `z > depth` and take `col`. The GPU rasteriser (kernels/raster.cu)
     /// mirrors this.
     pub fn fill_screen_tri(&mut self, t: [f32; 9], col: [u8; 3]) {
+        if let Some(r) = self.recording.as_mut() {
+            r.tris.extend_from_slice(&t);
+            r.colors.push(pack_rgb(col));
+            return;
+        }
         let [x0, y0, z0, x1, y1, z1, x2, y2, z2] = t;
         let area = (x1 - x0) * (y2 - y0) - (y1 - y0) * (x2 - x0);
         if area.abs() < 1e-9 {

@@ -5,7 +5,9 @@
 use rapier3d::math::{Rot3, Vec3};
 
 use crate::catalog::{Part, Shape, v3};
-use crate::raster::{Camera, Mesh, Raster};
+use std::sync::Arc;
+
+use crate::raster::{Camera, Mesh, Raster, Recording};
 use crate::world::{FINGER_ABOVE, FINGER_BELOW, World};
 
 const TABLE: [u8; 3] = [112, 122, 138];
@@ -46,6 +48,9 @@ pub struct Renderer {
     agent: Raster,
     wrist: Raster,
     agent_cam: Camera,
+    /// The GPU rasteriser, when [`crate::gpu::enable`] was called before
+    /// this renderer was built.
+    gpu: Option<Arc<wmrl_kernels::Gpu>>,
 }
 
 fn mesh_of(shape: Shape) -> Mesh {
@@ -115,6 +120,7 @@ impl Renderer {
             agent: Raster::new(size, size),
             wrist: Raster::new(size, size),
             agent_cam,
+            gpu: crate::gpu::shared(),
         }
     }
 
@@ -122,8 +128,48 @@ impl Renderer {
         self.size
     }
 
-    /// Render both cameras; returns (agentview, wrist) RGB buffers.
+    /// Render both cameras; returns (agentview, wrist) RGB buffers. On the
+    /// GPU, this is [`Self::render_recorded`].
     pub fn render(&mut self, world: &World, switched_on: &[bool]) -> (&[u8], &[u8]) {
+        if self.gpu.is_some() {
+            return self.render_recorded(world, switched_on);
+        }
+        self.draw(world, switched_on);
+        (&self.agent.rgb, &self.wrist.rgb)
+    }
+
+    /// Render by recording both cameras' triangles and filling the two
+    /// images from the recording: in one GPU launch when the renderer is on
+    /// the GPU, otherwise on the CPU (the same pixels as [`Self::render`]).
+    pub fn render_recorded(&mut self, world: &World, switched_on: &[bool]) -> (&[u8], &[u8]) {
+        self.agent.start_recording();
+        self.wrist.start_recording();
+        self.draw(world, switched_on);
+        let a = self.agent.take_recording().unwrap_or_default();
+        let w = self.wrist.take_recording().unwrap_or_default();
+        let filled = self.gpu.as_ref().map(|g| fill_on_gpu(g, &a, &w, self.size));
+        match filled {
+            Some(Ok(px)) => {
+                let n = self.agent.rgb.len();
+                self.agent.rgb.copy_from_slice(&px[..n]);
+                self.wrist.rgb.copy_from_slice(&px[n..]);
+            }
+            other => {
+                if let Some(Err(e)) = other {
+                    tracing::warn!(
+                        "GPU rasteriser failed ({e}); this renderer draws on the CPU from now on"
+                    );
+                    self.gpu = None;
+                }
+                self.agent.replay(&a);
+                self.wrist.replay(&w);
+            }
+        }
+        (&self.agent.rgb, &self.wrist.rgb)
+    }
+
+    /// Draw every item into both rasters (filling or recording).
+    fn draw(&mut self, world: &World, switched_on: &[bool]) {
         let g = &world.gripper;
         let gp = g.pose();
         let eye = gp.transform_point(Vec3::new(0.0, -0.07, 0.08));
@@ -189,8 +235,21 @@ impl Renderer {
         agent.draw(&agent_cam, &fore, rot, mid, ARM, ARM);
         self.agent = agent;
         self.wrist = wrist;
-        (&self.agent.rgb, &self.wrist.rgb)
     }
+}
+
+/// Both images of one step in one launch: agent view first, then wrist.
+fn fill_on_gpu(
+    gpu: &wmrl_kernels::Gpu,
+    a: &Recording,
+    w: &Recording,
+    size: usize,
+) -> Result<Vec<u8>, wmrl_kernels::KernelError> {
+    let tris: Vec<f32> = a.tris.iter().chain(&w.tris).copied().collect();
+    let colors: Vec<u32> = a.colors.iter().chain(&w.colors).copied().collect();
+    let first = [0, a.colors.len() as u32, colors.len() as u32];
+    let bg = [a.bg[0], a.bg[1], w.bg[0], w.bg[1]];
+    gpu.raster_images(&tris, &colors, &first, &bg, size, size)
 }
 
 /// Rotation taking z to the segment a->b, its midpoint and length.
@@ -208,5 +267,40 @@ fn scale_box(unit: &Mesh, s: Vec3) -> Mesh {
     Mesh {
         verts: unit.verts.iter().map(|v| *v * s).collect(),
         tris: unit.tris.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendering_from_a_recording_gives_the_same_pixels_as_drawing_directly() {
+        let tasks = crate::task::tasks().expect("tasks");
+        let cfg = crate::SimConfig::default();
+        for (k, task) in tasks.iter().enumerate().take(3) {
+            let init = crate::task::init_state(task, k);
+            let world = World::build(task, &init, &cfg);
+            let on = vec![false; world.objects.len()];
+            let mut direct = Renderer::new(&world, 96);
+            assert!(direct.gpu.is_none(), "no test enables the GPU renderer");
+            let (a, w) = direct.render(&world, &on);
+            let (a, w) = (a.to_vec(), w.to_vec());
+            let mut recorded = Renderer::new(&world, 96);
+            let (ra, rw) = recorded.render_recorded(&world, &on);
+            assert_eq!(a, ra, "task {k}: agent view");
+            assert_eq!(w, rw, "task {k}: wrist");
+            // Not a blank frame: the table and objects were drawn.
+            assert!(a.chunks(3).any(|p| p != &a[..3]));
+            // A recording holds the triangles in drawing order.
+            let mut r = Raster::new(8, 8);
+            r.start_recording();
+            r.clear([1, 2, 3], [4, 5, 6]);
+            r.fill_screen_tri([0.0, 0.0, 1.0, 8.0, 0.0, 1.0, 0.0, 8.0, 1.0], [9, 8, 7]);
+            let rec = r.take_recording().expect("recording");
+            assert_eq!(rec.colors, [0x0009_0807]);
+            assert_eq!(rec.bg, [0x0001_0203, 0x0004_0506]);
+            assert!(r.rgb.iter().all(|&b| b == 0), "recording fills nothing");
+        }
     }
 }

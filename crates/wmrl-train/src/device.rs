@@ -5,8 +5,9 @@
 //! on candle's CUDA backend (a build with the `cuda` feature), the world
 //! model on ONNX Runtime's CUDA execution provider (a CUDA build of the
 //! library); each part that cannot use the GPU stays on the CPU, and one log
-//! line names each such part and why. The simulator renders on the CPU: the
-//! batched GPU rasteriser in `kernels/` is not wired into it yet.
+//! line names each such part and why. The in-process simulator renders with
+//! the batched GPU rasteriser (`wmrl_sim::gpu`, kernels/raster.cu) when a
+//! driver and NVRTC are there.
 
 use std::sync::OnceLock;
 
@@ -56,6 +57,9 @@ pub struct Placement {
     pub policy: Device,
     /// ONNX Runtime provider of the world model.
     pub world_model: ExecutionProvider,
+    /// The in-process simulator renders with the GPU rasteriser
+    /// (`wmrl_sim::gpu`).
+    pub renderer_on_gpu: bool,
     /// The parts that asked for the GPU and stayed on the CPU, with why
     /// (empty for `cpu` or when everything is on the GPU).
     pub fallbacks: Vec<(&'static str, String)>,
@@ -67,6 +71,7 @@ impl Placement {
             choice: DeviceChoice::Cpu,
             policy: Device::Cpu,
             world_model: ExecutionProvider::Cpu,
+            renderer_on_gpu: false,
             fallbacks: Vec::new(),
         }
     }
@@ -88,10 +93,12 @@ impl Placement {
             Ok(()) => p.world_model = ExecutionProvider::Cuda,
             Err(why) => p.fallbacks.push(("world model", why)),
         }
-        p.fallbacks.push((
-            "renderer",
-            "the batched GPU rasteriser in kernels/ is not wired into the simulator yet".into(),
-        ));
+        // The in-process simulator's renderer (bridged workers are
+        // processes of their own and render on their CPUs).
+        match wmrl_sim::gpu::enable(0) {
+            Ok(()) => p.renderer_on_gpu = true,
+            Err(why) => p.fallbacks.push(("renderer", why)),
+        }
         p
     }
 
@@ -161,9 +168,15 @@ mod tests {
         assert!(cpu.policy.is_cpu());
         for choice in [DeviceChoice::Cuda, DeviceChoice::Auto] {
             let p = Placement::resolve(choice);
-            let line = p.fallback_line().expect("the renderer always falls back");
+            let Some(line) = p.fallback_line() else {
+                // A GPU machine with every part on it.
+                assert!(!p.policy.is_cpu() && p.renderer_on_gpu);
+                continue;
+            };
             assert!(line.starts_with(&format!("--device {choice}")), "{line}");
-            assert!(line.contains("renderer ("), "{line}");
+            if !p.renderer_on_gpu {
+                assert!(line.contains("renderer ("), "{line}");
+            }
             // On a machine without a GPU (CI), every part stays on the CPU
             // and the line says why for each.
             if p.policy.is_cpu() {

@@ -3,7 +3,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `config.json` | the run's [`crate::TrainConfig`] |
+//! | `config.json` ([`RunDir::config_json`]) | the run's [`crate::TrainConfig`] |
 //! | `metrics.jsonl` | one [`crate::train::StepLog`] per training step |
 //! | `eval.jsonl` | one [`crate::train::EvalPoint`] per held-out evaluation |
 //! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
@@ -11,45 +11,13 @@
 //! | `predictor.onnx` | with `refit_predictor_every`, the latest refitted predictor |
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
 use crate::error::{Error, Result, io_err};
 
-/// The files of one run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunDir {
-    pub dir: PathBuf,
-}
-
-impl RunDir {
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
-    }
-    /// `<out>/<arm>/seed<k>`: where a bench (either track's) keeps a run.
-    pub fn in_bench(out: &Path, arm: &str, seed: u64) -> Self {
-        Self::new(out.join(arm).join(format!("seed{seed}")))
-    }
-    pub fn config(&self) -> PathBuf {
-        self.dir.join("config.json")
-    }
-    pub fn metrics(&self) -> PathBuf {
-        self.dir.join("metrics.jsonl")
-    }
-    pub fn eval(&self) -> PathBuf {
-        self.dir.join("eval.jsonl")
-    }
-    pub fn diagnostics(&self) -> PathBuf {
-        self.dir.join("diagnostics.json")
-    }
-    pub fn summary(&self) -> PathBuf {
-        self.dir.join("summary.json")
-    }
-    pub fn predictor(&self) -> PathBuf {
-        self.dir.join("predictor.onnx")
-    }
-}
+pub use wmrl_core::RunDir;
 
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;

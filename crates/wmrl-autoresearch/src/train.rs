@@ -552,7 +552,7 @@ pub fn train_with_refit(
     let (mut out, eval_file) = match run_dir {
         Some(d) => {
             std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
-            write_json(&d.config(), cfg)?;
+            write_json(&d.config_json(), cfg)?;
             (
                 Some((create_jsonl(&d.metrics())?, d.metrics())),
                 Some((create_jsonl(&d.eval())?, d.eval())),

@@ -81,7 +81,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
                 .clone()
         );
         assert_eq!(read(run.summary()), serde_json::to_value(&r).unwrap());
-        assert_eq!(read(run.config()), serde_json::to_value(&cfg).unwrap());
+        assert_eq!(read(run.config_json()), serde_json::to_value(&cfg).unwrap());
         assert_eq!(
             read(run.diagnostics())["steps"].as_array().map(Vec::len),
             Some(2)

@@ -20,6 +20,7 @@ pub mod diagnostics;
 mod error;
 pub mod ledger;
 pub mod rng;
+pub mod rundir;
 pub mod stats;
 pub mod track;
 pub mod weight;
@@ -35,5 +36,6 @@ pub use correction::{CorrectionLoop, ScorerError, Scorers, StepOutcome, StepStat
 pub use diagnostics::{Diagnostics, DiagnosticsSummary};
 pub use error::{CoreError, Result};
 pub use ledger::{Ledger, Stage};
+pub use rundir::RunDir;
 pub use track::{Run, Schedule, Step, Track};
 pub use weight::{AnchorWeight, group_disagreement};

@@ -79,7 +79,7 @@ impl BenchArm {
 
 /// The run directory of one (bench arm, seed).
 pub fn run_dir(bench: &Path, name: &str, seed: u64) -> PathBuf {
-    bench.join(name).join(format!("seed{seed}"))
+    wmrl_core::RunDir::in_bench(bench, name, seed).dir
 }
 
 /// The directory of the bench's one evaluation of the shared start (a

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use wmrl_core::Ledger;
@@ -143,32 +143,5 @@ pub fn truncate(path: &Path, len: u64) -> Result<()> {
     Ok(())
 }
 
-/// The record files of a run directory.
-#[derive(Debug, Clone)]
-pub struct RunFiles {
-    pub dir: PathBuf,
-}
-
-impl RunFiles {
-    pub fn metrics(&self) -> PathBuf {
-        self.dir.join("metrics.jsonl")
-    }
-    pub fn eval(&self) -> PathBuf {
-        self.dir.join("eval.jsonl")
-    }
-    pub fn calibration(&self) -> PathBuf {
-        self.dir.join("calibration.jsonl")
-    }
-    pub fn checkpoint(&self) -> PathBuf {
-        self.dir.join("checkpoint")
-    }
-    pub fn config(&self) -> PathBuf {
-        self.dir.join("config.toml")
-    }
-    pub fn summary(&self) -> PathBuf {
-        self.dir.join("summary.json")
-    }
-    pub fn diagnostics(&self) -> PathBuf {
-        self.dir.join("diagnostics.json")
-    }
-}
+/// The record files of a run directory (the layout both tracks share).
+pub type RunFiles = wmrl_core::RunDir;

@@ -168,7 +168,7 @@ impl Trainer {
         for f in [files.metrics(), files.eval(), files.calibration()] {
             metrics::truncate(&f, 0)?;
         }
-        std::fs::write(files.config(), toml).map_err(io_err(&files.config()))?;
+        std::fs::write(files.config_toml(), toml).map_err(io_err(&files.config_toml()))?;
         Ok(Self {
             run: Run::new(track, core),
         })
@@ -179,7 +179,7 @@ impl Trainer {
         let files = RunFiles {
             dir: dir.to_path_buf(),
         };
-        let cfg = TrainConfig::load(&files.config())?;
+        let cfg = TrainConfig::load(&files.config_toml())?;
         let ck = files.checkpoint();
         let state_path = ck.join("state.json");
         let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
@@ -204,7 +204,7 @@ impl Trainer {
         };
         if let Some(d) = changed {
             return Err(TrainError::RunDir {
-                path: files.config().display().to_string(),
+                path: files.config_toml().display().to_string(),
                 message: format!(
                     "differs from the settings the checkpoint was made with (checkpoint against config.toml: {d}); restore it or start a new run"
                 ),

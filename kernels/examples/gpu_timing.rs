@@ -115,6 +115,10 @@ fn main() {
         },
         50,
     );
+    assert!(
+        wmrl_sim::gpu::enabled(),
+        "a GPU launch failed: the row would time the CPU"
+    );
     println!("| kernel | work | CPU ms | GPU ms (with transfers) | speed-up |");
     println!("|---|---|---|---|---|");
     println!(

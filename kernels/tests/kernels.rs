@@ -169,6 +169,8 @@ fn the_simulator_renders_on_the_gpu_like_on_the_cpu() {
             total += c.rgb.len() / 3;
         }
     }
+    // Every frame came from the GPU: no launch failed over to the CPU.
+    assert!(wmrl_sim::gpu::enabled(), "a GPU launch failed");
     let frac = differ as f64 / total as f64;
     eprintln!(
         "simulator frames on the GPU: {differ} of {total} pixels differ from the CPU's ({:.4}%)",

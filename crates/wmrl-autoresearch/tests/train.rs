@@ -87,6 +87,10 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
             Some(2)
         );
         assert_eq!(r.evals.len(), 2, "{arm:?}");
+        // Evaluations before training and after the last step; step logs
+        // count from 1.
+        assert_eq!(r.evals.iter().map(|e| e.step).collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(r.steps.iter().map(|s| s.step).collect::<Vec<_>>(), [1, 2]);
         assert_eq!(r.steps.len(), 2);
         let l = &r.ledger;
         match arm {

@@ -78,8 +78,8 @@ pub struct Schedule {
     pub eval_every: usize,
     /// Evaluate (and checkpoint) before the first step of a fresh run.
     pub eval_at_start: bool,
-    /// Evaluate after the last step (otherwise the last step follows
-    /// `eval_every` like any other only if this is set).
+    /// At the last step, evaluate if and only if this is set (`eval_every`
+    /// is not consulted there).
     pub eval_at_end: bool,
     /// Checkpoint after every this many steps and after the last (0: only
     /// after the last).

@@ -156,9 +156,7 @@ impl Renderer {
             }
             other => {
                 if let Some(Err(e)) = other {
-                    tracing::warn!(
-                        "GPU rasteriser failed ({e}); this renderer draws on the CPU from now on"
-                    );
+                    crate::gpu::failed(&e.to_string());
                     self.gpu = None;
                 }
                 self.agent.replay(&a);

@@ -171,10 +171,14 @@ pub fn collect_results(bench: &Path, arms: &[BenchArm], seeds: &[u64]) -> Result
     let mut out = Vec::new();
     for spec in arms {
         let arm = spec.arm;
+        // A run without summary.json has not finished; one whose summary
+        // cannot be read is an error, not a seed silently left out.
         let runs: Vec<RunSummary> = seeds
             .iter()
-            .filter_map(|&s| read_summary(&run_dir(bench, &spec.name, s)).ok())
-            .collect();
+            .map(|&s| run_dir(bench, &spec.name, s))
+            .filter(|d| d.join("summary.json").exists())
+            .map(|d| read_summary(&d))
+            .collect::<Result<_>>()?;
         if runs.is_empty() {
             continue;
         }

@@ -57,9 +57,9 @@ pub struct Placement {
     pub policy: Device,
     /// ONNX Runtime provider of the world model.
     pub world_model: ExecutionProvider,
-    /// The in-process simulator renders with the GPU rasteriser
-    /// (`wmrl_sim::gpu`).
-    pub renderer_on_gpu: bool,
+    /// The GPU the in-process simulator renders with (`wmrl_sim::gpu`),
+    /// installed by [`select`].
+    pub renderer: Option<std::sync::Arc<wmrl_sim::gpu::Gpu>>,
     /// The parts that asked for the GPU and stayed on the CPU, with why
     /// (empty for `cpu` or when everything is on the GPU).
     pub fallbacks: Vec<(&'static str, String)>,
@@ -71,7 +71,7 @@ impl Placement {
             choice: DeviceChoice::Cpu,
             policy: Device::Cpu,
             world_model: ExecutionProvider::Cpu,
-            renderer_on_gpu: false,
+            renderer: None,
             fallbacks: Vec::new(),
         }
     }
@@ -95,8 +95,8 @@ impl Placement {
         }
         // The in-process simulator's renderer (bridged workers are
         // processes of their own and render on their CPUs).
-        match wmrl_sim::gpu::enable(0) {
-            Ok(()) => p.renderer_on_gpu = true,
+        match wmrl_sim::gpu::open(0) {
+            Ok(gpu) => p.renderer = Some(gpu),
             Err(why) => p.fallbacks.push(("renderer", why)),
         }
         p
@@ -128,6 +128,10 @@ static PLACEMENT: OnceLock<Placement> = OnceLock::new();
 pub fn select(choice: DeviceChoice) -> &'static Placement {
     PLACEMENT.get_or_init(|| {
         let p = Placement::resolve(choice);
+        // Renderers built from now on fill their pixels on the GPU.
+        if let Some(gpu) = &p.renderer {
+            wmrl_sim::gpu::install(gpu.clone());
+        }
         if let Some(line) = p.fallback_line() {
             match choice {
                 DeviceChoice::Cuda => tracing::warn!("{line}"),
@@ -170,11 +174,11 @@ mod tests {
             let p = Placement::resolve(choice);
             let Some(line) = p.fallback_line() else {
                 // A GPU machine with every part on it.
-                assert!(!p.policy.is_cpu() && p.renderer_on_gpu);
+                assert!(!p.policy.is_cpu() && p.renderer.is_some());
                 continue;
             };
             assert!(line.starts_with(&format!("--device {choice}")), "{line}");
-            if !p.renderer_on_gpu {
+            if p.renderer.is_none() {
                 assert!(line.contains("renderer ("), "{line}");
             }
             // On a machine without a GPU (CI), every part stays on the CPU

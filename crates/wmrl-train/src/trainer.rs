@@ -323,10 +323,14 @@ impl Trainer {
             ledger: self.run.ledger.clone(),
             diagnostics,
         };
+        // Written last and through a rename: a bench takes the file's
+        // presence for a finished run, so it must never be half there.
         let sp = self.run.track.files.summary();
         let text = serde_json::to_string_pretty(&summary)
             .map_err(|e| TrainError::Report(e.to_string()))?;
-        std::fs::write(&sp, text).map_err(io_err(&sp))?;
+        let tmp = sp.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
+        std::fs::rename(&tmp, &sp).map_err(io_err(&sp))?;
         Ok(summary)
     }
 }

@@ -72,6 +72,17 @@ pub struct UpdateStats {
     pub clip_frac: f64,
 }
 
+/// What resuming a policy mid-run needs: its parameters and its optimiser's
+/// moments (the reference is the seeded initial policy, rebuilt exactly).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyState {
+    /// `torso.w`, `torso.b`, `head.w`, `head.b`, flattened.
+    pub params: Vec<Vec<f32>>,
+    /// The optimiser's tensors by name: (name, shape, values); `step` is
+    /// its step count.
+    pub optimizer: Vec<(String, Vec<usize>, Vec<f32>)>,
+}
+
 /// The policy network, its optimiser and a frozen copy of its initial
 /// parameters (the reference for the KL term).
 pub struct Policy {
@@ -131,6 +142,58 @@ impl Policy {
             opt,
             dev,
         })
+    }
+
+    fn vars(&self) -> [&Var; 4] {
+        [&self.torso.w, &self.torso.b, &self.head.w, &self.head.b]
+    }
+
+    /// The state a resumed run continues from.
+    pub fn state(&self) -> Result<PolicyState> {
+        let params = self
+            .vars()
+            .iter()
+            .map(|v| v.as_tensor().flatten_all()?.to_vec1::<f32>())
+            .collect::<candle_core::Result<_>>()?;
+        let mut optimizer = Vec::new();
+        for (name, t) in self.opt.state()? {
+            let t = t.to_dtype(candle_core::DType::F32)?;
+            optimizer.push((name, t.dims().to_vec(), t.flatten_all()?.to_vec1::<f32>()?));
+        }
+        optimizer.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(PolicyState { params, optimizer })
+    }
+
+    /// Continue from `st` (made by [`Self::state`] of a policy with the same
+    /// settings); a shape that does not fit is an error and changes nothing.
+    pub fn restore(&mut self, st: &PolicyState) -> Result<()> {
+        let vars = self.vars();
+        if st.params.len() != vars.len()
+            || st
+                .params
+                .iter()
+                .zip(vars)
+                .any(|(p, v)| p.len() != v.elem_count())
+        {
+            return Err(crate::Error::Config(
+                "policy state does not fit this policy's settings".into(),
+            ));
+        }
+        let mut map = std::collections::HashMap::new();
+        for (name, dims, vals) in &st.optimizer {
+            let t = if name == "step" {
+                let n = vals.first().copied().unwrap_or(0.0) as u32;
+                Tensor::new(&[n], &self.dev)?
+            } else {
+                Tensor::from_vec(vals.clone(), dims.as_slice(), &self.dev)?
+            };
+            map.insert(name.clone(), t);
+        }
+        self.opt.restore(map)?;
+        for (p, v) in st.params.iter().zip(self.vars()) {
+            v.set(&Tensor::from_vec(p.clone(), v.shape(), &self.dev)?)?;
+        }
+        Ok(())
     }
 
     fn log_probs_all(&self, metas: &Tensor, frozen: bool) -> Result<Tensor> {

@@ -8,6 +8,7 @@
 //! | `eval.jsonl` | one [`crate::train::EvalPoint`] per held-out evaluation |
 //! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
 //! | `summary.json` | the [`crate::TrainReport`], written last: the run is finished |
+//! | `checkpoint/state.json` | what resuming needs, after every step |
 //! | `predictor.onnx` | with `refit_predictor_every`, the latest refitted predictor |
 
 use std::io::Write;

@@ -333,6 +333,8 @@ struct ArTrack<'a> {
     refit: Option<&'a PredictorRefit<'a>>,
     /// The predictor refitted during the run, once it has been.
     refitted: Option<OnnxPredictor>,
+    /// How many of `anchor_data` the last refit used.
+    refit_anchors: Option<usize>,
     /// Every anchor execution so far (for the refits).
     anchor_data: Vec<crate::predictor::Example>,
     policy: Policy,
@@ -342,8 +344,44 @@ struct ArTrack<'a> {
     /// Real executions before the current step.
     executions_before: u64,
     evals: Vec<EvalPoint>,
-    /// eval.jsonl of the run directory, when there is one.
-    eval_file: Option<(std::fs::File, std::path::PathBuf)>,
+    step_logs: Vec<StepLog>,
+    /// The run directory, when there is one, with its open metrics.jsonl
+    /// and eval.jsonl.
+    files: Option<RunFiles<'a>>,
+}
+
+/// An open run directory.
+struct RunFiles<'a> {
+    dir: &'a RunDir,
+    metrics: std::fs::File,
+    eval: std::fs::File,
+}
+
+/// What resuming an AutoResearch run needs (`checkpoint/state.json`,
+/// written after every step).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Checkpoint {
+    config: TrainConfig,
+    arm: ArArm,
+    seed: u64,
+    step: usize,
+    core: CorrectionLoop,
+    ledger: Ledger,
+    rng: ChaCha8Rng,
+    policy: crate::policy::PolicyState,
+    evals: Vec<EvalPoint>,
+    steps: Vec<StepLog>,
+    anchor_data: Vec<crate::predictor::Example>,
+    /// The anchors the last refit was fitted on (`anchor_data[..n]`): the
+    /// refit is redone on resume rather than read from a file that a later,
+    /// unfinished step may have overwritten.
+    refit_anchors: Option<usize>,
+    metrics_len: u64,
+    eval_len: u64,
+}
+
+fn file_len(p: &std::path::Path) -> u64 {
+    std::fs::metadata(p).map_or(0, |m| m.len())
 }
 
 /// A step's groups: (training competition, its sampled solutions).
@@ -426,10 +464,7 @@ impl Track for ArTrack<'_> {
         }
         if step.is_multiple_of(self.cfg.refit_predictor_every) && !self.anchor_data.is_empty() {
             let t = Instant::now();
-            let all: Vec<crate::predictor::Example> =
-                r.data.iter().chain(&self.anchor_data).cloned().collect();
-            let (p, mse) = crate::predictor::Predictor::train(r.config, &all)?;
-            self.refitted = Some(OnnxPredictor::export_and_load(&p, &r.onnx_path)?);
+            let mse = self.refit_on(r, self.anchor_data.len())?;
             ledger.record(Stage::Update, 0, t.elapsed().as_secs_f64());
             tracing::info!(
                 arm = self.arm.name(),
@@ -486,15 +521,58 @@ impl Track for ArTrack<'_> {
             heldout_reward: r,
             valid_fraction: v,
         };
-        if let Some((f, path)) = t.eval_file.as_mut() {
-            append_jsonl(f, path, &point)?;
+        if let Some(f) = t.files.as_mut() {
+            append_jsonl(&mut f.eval, &f.dir.eval(), &point)?;
         }
         t.evals.push(point);
         Ok(())
     }
+
+    /// After every step (and the start's evaluation), when the run has a
+    /// directory: `checkpoint/state.json`, through a rename.
+    fn checkpoint(run: &Run<Self>) -> Result<()> {
+        let t = &run.track;
+        let Some(f) = &t.files else {
+            return Ok(());
+        };
+        let ck = f.dir.checkpoint();
+        std::fs::create_dir_all(&ck).map_err(io_err(&ck))?;
+        let state = Checkpoint {
+            config: t.cfg.clone(),
+            arm: t.arm,
+            seed: t.seed,
+            step: run.step,
+            core: run.core.clone(),
+            ledger: run.ledger.clone(),
+            rng: t.rng.clone(),
+            policy: t.policy.state()?,
+            evals: t.evals.clone(),
+            steps: t.step_logs.clone(),
+            anchor_data: t.anchor_data.clone(),
+            refit_anchors: t.refit_anchors,
+            metrics_len: file_len(&f.dir.metrics()),
+            eval_len: file_len(&f.dir.eval()),
+        };
+        write_json(&ck.join("state.json"), &state)
+    }
 }
 
 impl ArTrack<'_> {
+    /// Refit the predictor on its data plus the first `anchors` anchor
+    /// executions, export it and score with it from now on; its mse.
+    fn refit_on(&mut self, r: &PredictorRefit<'_>, anchors: usize) -> Result<f64> {
+        let all: Vec<crate::predictor::Example> = r
+            .data
+            .iter()
+            .chain(&self.anchor_data[..anchors])
+            .cloned()
+            .collect();
+        let (p, mse) = crate::predictor::Predictor::train(r.config, &all)?;
+        self.refitted = Some(OnnxPredictor::export_and_load(&p, &r.onnx_path)?);
+        self.refit_anchors = Some(anchors);
+        Ok(mse)
+    }
+
     fn refits(&self) -> bool {
         self.cfg.refit_predictor_every > 0 && self.arm != ArArm::Real
     }
@@ -549,18 +627,63 @@ pub fn train_with_refit(
             "need training competitions, group_size >= 2, groups_per_step >= 1".into(),
         ));
     }
-    let (mut out, eval_file) = match run_dir {
+    // A run directory with a checkpoint and no summary is an interrupted
+    // run: it continues from the checkpoint (the same settings, bar
+    // `steps`, or it is refused naming the first difference).
+    let resume: Option<Checkpoint> = match run_dir {
+        Some(d) if d.checkpoint().join("state.json").exists() && !d.summary().exists() => {
+            let path = d.checkpoint().join("state.json");
+            let ck: Checkpoint = crate::rundir::read_json(&path)?;
+            let key = |c: &TrainConfig| -> Result<serde_json::Value> {
+                let mut v = serde_json::to_value(c).map_err(|source| Error::Json {
+                    path: path.clone(),
+                    source,
+                })?;
+                if let Some(m) = v.as_object_mut() {
+                    m.remove("steps");
+                }
+                Ok(v)
+            };
+            if ck.arm != arm || ck.seed != seed || key(&ck.config)? != key(cfg)? {
+                return Err(Error::Config(format!(
+                    "{}: an interrupted run of other settings (arm {} seed {}); use another \
+                     directory or delete it to start over",
+                    path.display(),
+                    ck.arm.name(),
+                    ck.seed
+                )));
+            }
+            Some(ck)
+        }
+        _ => None,
+    };
+    let files = match run_dir {
         Some(d) => {
             std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
             write_json(&d.config_json(), cfg)?;
-            (
-                Some((create_jsonl(&d.metrics())?, d.metrics())),
-                Some((create_jsonl(&d.eval())?, d.eval())),
-            )
+            let open = |p: std::path::PathBuf, keep: Option<u64>| -> Result<std::fs::File> {
+                match keep {
+                    // Continue after what the checkpoint had written.
+                    Some(len) => {
+                        let f = std::fs::OpenOptions::new()
+                            .append(true)
+                            .open(&p)
+                            .map_err(io_err(&p))?;
+                        f.set_len(len).map_err(io_err(&p))?;
+                        Ok(f)
+                    }
+                    None => create_jsonl(&p),
+                }
+            };
+            Some(RunFiles {
+                dir: d,
+                metrics: open(d.metrics(), resume.as_ref().map(|c| c.metrics_len))?,
+                eval: open(d.eval(), resume.as_ref().map(|c| c.eval_len))?,
+            })
         }
-        None => (None, None),
+        None => None,
     };
-    let track = ArTrack {
+    let mut track = ArTrack {
         cfg,
         arm,
         seed,
@@ -569,26 +692,45 @@ pub fn train_with_refit(
         predictor,
         refit,
         refitted: None,
+        refit_anchors: None,
         anchor_data: Vec::new(),
         policy: Policy::new(cfg.policy.clone(), seed)?,
         rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
         train_comps,
         executions_before: 0,
         evals: Vec::new(),
-        eval_file,
+        step_logs: Vec::new(),
+        files,
     };
-    let mut run = Run::new(
-        track,
-        CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?,
-    );
+    let core = CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?;
+    let resumed = resume.is_some();
+    let mut run = match resume {
+        Some(ck) => {
+            track.policy.restore(&ck.policy)?;
+            track.rng = ck.rng;
+            track.evals = ck.evals;
+            track.step_logs = ck.steps;
+            track.anchor_data = ck.anchor_data;
+            if let (Some(n), Some(r)) = (ck.refit_anchors, track.refit) {
+                track.refit_on(r, n.min(track.anchor_data.len()))?;
+            }
+            tracing::info!(
+                arm = arm.name(),
+                seed,
+                step = ck.step,
+                "resumed from the checkpoint"
+            );
+            Run::resumed(track, ck.core, ck.ledger, ck.step)
+        }
+        None => Run::new(track, core),
+    };
     let schedule = Schedule {
         steps: cfg.steps,
         eval_every: cfg.eval_every,
-        eval_at_start: true,
+        eval_at_start: !resumed,
         eval_at_end: true,
-        checkpoint_every: 0,
+        checkpoint_every: usize::from(run_dir.is_some()),
     };
-    let mut steps = Vec::with_capacity(cfg.steps);
     run.run(&schedule, |run, s| {
         let seen: Vec<f64> = s
             .outcome
@@ -609,18 +751,18 @@ pub fn train_with_refit(
             kl: s.update.kl,
             entropy: s.update.entropy,
         };
-        if let Some((f, path)) = out.as_mut() {
-            append_jsonl(f, path, &log)?;
+        if let Some(f) = run.track.files.as_mut() {
+            append_jsonl(&mut f.metrics, &f.dir.metrics(), &log)?;
         }
         tracing::info!(arm = arm.name(), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
-        steps.push(log);
+        run.track.step_logs.push(log);
         Ok(())
     })?;
     let report = TrainReport {
         arm,
         seed,
         evals: std::mem::take(&mut run.track.evals),
-        steps,
+        steps: std::mem::take(&mut run.track.step_logs),
         ledger: run.ledger,
     };
     if let Some(d) = run_dir {

@@ -246,3 +246,72 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
     assert!(err.contains("wmrl/seed0/summary.json"), "{err}");
 }
+
+#[test]
+fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
+    use wmrl_autoresearch::RunDir;
+    let dir = tempfile::tempdir().unwrap();
+    let (suite, ex) = suite_and_executor(dir.path());
+    let cfg = TrainConfig {
+        steps: 3,
+        groups_per_step: 2,
+        group_size: 2,
+        eval_every: 1,
+        eval_samples: 1,
+        ..Default::default()
+    };
+    let straight_dir = RunDir::new(dir.path().join("straight"));
+    let straight = train(&cfg, ArArm::Real, 3, &suite, &ex, None, Some(&straight_dir)).unwrap();
+    assert!(straight_dir.checkpoint().join("state.json").exists());
+    // A run stopped after its first step: a one-step run whose summary is
+    // gone, and a half line its process wrote after the checkpoint.
+    let cut = RunDir::new(dir.path().join("cut"));
+    let one = TrainConfig {
+        steps: 1,
+        ..cfg.clone()
+    };
+    train(&one, ArArm::Real, 3, &suite, &ex, None, Some(&cut)).unwrap();
+    std::fs::remove_file(cut.summary()).unwrap();
+    let mut m = std::fs::OpenOptions::new()
+        .append(true)
+        .open(cut.metrics())
+        .unwrap();
+    std::io::Write::write_all(&mut m, b"{\"step\": 2, \"half").unwrap();
+    drop(m);
+    // Mark the checkpoint (a wall-clock total no figure depends on), so the
+    // result shows it was read back rather than the run redone.
+    let state = cut.checkpoint().join("state.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert_eq!(v["step"], 1);
+    v["ledger"]["eval_seconds"] = serde_json::json!(12345.0);
+    std::fs::write(&state, v.to_string()).unwrap();
+    // Continued to three steps, it ends where the uninterrupted run did
+    // (the executor's replay cache gives both the same sandbox CPU-s).
+    let resumed = train(&cfg, ArArm::Real, 3, &suite, &ex, None, Some(&cut)).unwrap();
+    assert_eq!(resumed.steps, straight.steps);
+    assert_eq!(resumed.evals, straight.evals);
+    assert_eq!(resumed.evals.len(), 4);
+    assert_eq!(
+        resumed.ledger.real_executions,
+        straight.ledger.real_executions
+    );
+    assert_eq!(resumed.ledger.labels, straight.ledger.labels);
+    assert!(
+        resumed.ledger.eval_seconds > 12345.0,
+        "the checkpoint was not resumed"
+    );
+    let text = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
+    assert_eq!(text(cut.metrics()), text(straight_dir.metrics()));
+    assert_eq!(text(cut.eval()), text(straight_dir.eval()));
+    // An interrupted run is not continued under other settings.
+    std::fs::remove_file(cut.summary()).unwrap();
+    let other = TrainConfig {
+        group_size: 3,
+        ..cfg.clone()
+    };
+    let err = train(&other, ArArm::Real, 3, &suite, &ex, None, Some(&cut))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("other settings"), "{err}");
+}

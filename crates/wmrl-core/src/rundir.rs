@@ -9,7 +9,7 @@
 //! | `calibration.jsonl` | the isotonic map at each evaluation (robot) |
 //! | `diagnostics.json` | the correction loop's records ([`crate::Diagnostics`]) |
 //! | `summary.json` | the finished run's report, written last |
-//! | `checkpoint/` | what resuming needs (robot) |
+//! | `checkpoint/` | what resuming needs |
 //! | `predictor.onnx` | a world model refitted during the run (AutoResearch) |
 
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::rundir::{RunDir, read_json, write_json};
+use crate::rundir::{RunDir, read_json, settings_difference, write_json};
 use crate::train::{ArArm, StepLog, TrainReport};
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
@@ -599,58 +599,15 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
         return write_json(path, cfg);
     }
     let recorded: BenchConfig = read_json(path)?;
-    let strip = |c: &BenchConfig| -> Result<serde_json::Value> {
-        let mut v = serde_json::to_value(c).map_err(|source| Error::Json {
-            path: path.into(),
-            source,
-        })?;
-        if let Some(m) = v.as_object_mut() {
-            m.remove("seeds");
-        }
-        Ok(v)
-    };
-    let (was, now) = (strip(&recorded)?, strip(cfg)?);
-    if let Some(key) = first_difference(&was, &now, String::new()) {
+    if let Some(d) = settings_difference(&recorded, cfg, "seeds", path)? {
         return Err(Error::Config(format!(
-            "{}: this bench was started with other settings ({key}: {} then, {} now); \
+            "{}: this bench was started with other settings ({d}); \
              use another --out, or delete the folder to start over",
             path.display(),
-            lookup(&was, &key),
-            lookup(&now, &key)
         )));
     }
     if recorded.seeds != cfg.seeds {
         write_json(path, cfg)?;
     }
     Ok(())
-}
-
-/// The dotted path of the first key whose values differ, if any.
-fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
-    match (a, b) {
-        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.into_iter().find_map(|k| {
-                let sub = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
-                };
-                match (x.get(k), y.get(k)) {
-                    (Some(p), Some(q)) => first_difference(p, q, sub),
-                    _ => Some(sub),
-                }
-            })
-        }
-        _ => (a != b).then_some(at),
-    }
-}
-
-fn lookup(v: &serde_json::Value, dotted: &str) -> String {
-    dotted
-        .split('.')
-        .try_fold(v, |v, k| v.get(k))
-        .map_or("(absent)".to_string(), |v| v.to_string())
 }

@@ -57,3 +57,63 @@ pub(crate) fn append_jsonl<T: Serialize>(
 pub(crate) fn create_jsonl(path: &Path) -> Result<std::fs::File> {
     std::fs::File::create(path).map_err(io_err(path))
 }
+
+/// How the settings `now` differ from the recorded `then` (read from or
+/// going to `path`), leaving out the top-level key `ignore` (the one that
+/// may change between starts: a bench's seed count, a run's steps):
+/// `key: <then> then, <now> now` for the first differing key, if any.
+pub(crate) fn settings_difference<T: Serialize>(
+    then: &T,
+    now: &T,
+    ignore: &str,
+    path: &Path,
+) -> Result<Option<String>> {
+    let value = |c: &T| -> Result<serde_json::Value> {
+        let mut v = serde_json::to_value(c).map_err(|source| Error::Json {
+            path: path.into(),
+            source,
+        })?;
+        if let Some(m) = v.as_object_mut() {
+            m.remove(ignore);
+        }
+        Ok(v)
+    };
+    let (was, is) = (value(then)?, value(now)?);
+    Ok(first_difference(&was, &is, String::new()).map(|key| {
+        format!(
+            "{key}: {} then, {} now",
+            lookup(&was, &key),
+            lookup(&is, &key)
+        )
+    }))
+}
+
+/// The dotted path of the first key whose values differ, if any.
+fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
+    match (a, b) {
+        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| {
+                let sub = if at.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{at}.{k}")
+                };
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) => first_difference(p, q, sub),
+                    _ => Some(sub),
+                }
+            })
+        }
+        _ => (a != b).then_some(at),
+    }
+}
+
+fn lookup(v: &serde_json::Value, dotted: &str) -> String {
+    dotted
+        .split('.')
+        .try_fold(v, |v, k| v.get(k))
+        .map_or("(absent)".to_string(), |v| v.to_string())
+}

@@ -12,6 +12,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use wmrl_core::rundir::{cut_back, len_of};
 use wmrl_core::{
     Arm, CoreConfig, CorrectionLoop, Ledger, Run, Schedule, ScorerError, Scorers, Stage,
     StepOutcome, Track,
@@ -24,7 +25,7 @@ use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::input;
-use crate::rundir::{RunDir, append_jsonl, create_jsonl, write_json};
+use crate::rundir::{RunDir, append_jsonl, create_jsonl, settings_difference, write_json};
 
 /// The three arms of the AutoResearch benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -380,10 +381,6 @@ struct Checkpoint {
     eval_len: u64,
 }
 
-fn file_len(p: &std::path::Path) -> u64 {
-    std::fs::metadata(p).map_or(0, |m| m.len())
-}
-
 /// A step's groups: (training competition, its sampled solutions).
 type Groups = Vec<(usize, Vec<Sample>)>;
 
@@ -550,8 +547,8 @@ impl Track for ArTrack<'_> {
             steps: t.step_logs.clone(),
             anchor_data: t.anchor_data.clone(),
             refit_anchors: t.refit_anchors,
-            metrics_len: file_len(&f.dir.metrics()),
-            eval_len: file_len(&f.dir.eval()),
+            metrics_len: len_of(&f.dir.metrics()),
+            eval_len: len_of(&f.dir.eval()),
         };
         write_json(&ck.join("state.json"), &state)
     }
@@ -634,23 +631,21 @@ pub fn train_with_refit(
         Some(d) if d.checkpoint().join("state.json").exists() && !d.summary().exists() => {
             let path = d.checkpoint().join("state.json");
             let ck: Checkpoint = crate::rundir::read_json(&path)?;
-            let key = |c: &TrainConfig| -> Result<serde_json::Value> {
-                let mut v = serde_json::to_value(c).map_err(|source| Error::Json {
-                    path: path.clone(),
-                    source,
-                })?;
-                if let Some(m) = v.as_object_mut() {
-                    m.remove("steps");
-                }
-                Ok(v)
-            };
-            if ck.arm != arm || ck.seed != seed || key(&ck.config)? != key(cfg)? {
-                return Err(Error::Config(format!(
-                    "{}: an interrupted run of other settings (arm {} seed {}); use another \
-                     directory or delete it to start over",
-                    path.display(),
+            let differs = if (ck.arm, ck.seed) != (arm, seed) {
+                Some(format!(
+                    "arm {} seed {} then, arm {} seed {seed} now",
                     ck.arm.name(),
-                    ck.seed
+                    ck.seed,
+                    arm.name()
+                ))
+            } else {
+                settings_difference(&ck.config, cfg, "steps", &path)?
+            };
+            if let Some(d) = differs {
+                return Err(Error::Config(format!(
+                    "{}: an interrupted run of other settings ({d}); use another directory \
+                     or delete it to start over",
+                    path.display(),
                 )));
             }
             Some(ck)
@@ -662,18 +657,15 @@ pub fn train_with_refit(
             std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
             write_json(&d.config_json(), cfg)?;
             let open = |p: std::path::PathBuf, keep: Option<u64>| -> Result<std::fs::File> {
-                match keep {
-                    // Continue after what the checkpoint had written.
-                    Some(len) => {
-                        let f = std::fs::OpenOptions::new()
-                            .append(true)
-                            .open(&p)
-                            .map_err(io_err(&p))?;
-                        f.set_len(len).map_err(io_err(&p))?;
-                        Ok(f)
-                    }
-                    None => create_jsonl(&p),
-                }
+                let Some(len) = keep else {
+                    return create_jsonl(&p);
+                };
+                // Continue after what the checkpoint had written.
+                cut_back(&p, len).map_err(io_err(&p))?;
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&p)
+                    .map_err(io_err(&p))
             };
             Some(RunFiles {
                 dir: d,

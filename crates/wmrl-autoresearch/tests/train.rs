@@ -314,4 +314,5 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("other settings"), "{err}");
+    assert!(err.contains("group_size: 2 then, 3 now"), "{err}");
 }

@@ -56,3 +56,21 @@ impl RunDir {
         self.dir.join("predictor.onnx")
     }
 }
+
+/// A record file's byte length (0 when it is missing): what a checkpoint
+/// keeps, to cut the file back to on resume.
+pub fn len_of(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// Cut a record file back to `len` bytes (what was written after the
+/// checkpoint); nothing when the file is missing.
+pub fn cut_back(path: &Path, len: u64) -> std::io::Result<()> {
+    if !path.exists() {
+        return Ok(());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .set_len(len)
+}

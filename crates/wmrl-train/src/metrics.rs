@@ -125,22 +125,11 @@ pub fn read_all<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
         .collect()
 }
 
-/// Current byte length (0 when missing).
-pub fn len_of(path: &Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-}
+pub use wmrl_core::rundir::len_of;
 
 /// Cut a file back to `len` bytes (records written after a checkpoint).
 pub fn truncate(path: &Path, len: u64) -> Result<()> {
-    if !path.exists() {
-        return Ok(());
-    }
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    f.set_len(len).map_err(io_err(path))?;
-    Ok(())
+    wmrl_core::rundir::cut_back(path, len).map_err(io_err(path))
 }
 
 /// The record files of a run directory (the layout both tracks share).

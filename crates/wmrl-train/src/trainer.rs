@@ -69,8 +69,6 @@ pub struct RobotTrack {
     optimizer: PolicyOptimizer,
     env: Box<dyn VecEnv>,
     world_model: Option<WorldModel>,
-    /// World-model time of the current step (charged in `scored`).
-    wm_seconds: f64,
     /// When the current step began.
     step_started: Instant,
 }
@@ -353,7 +351,6 @@ impl RobotTrack {
             optimizer,
             env,
             world_model,
-            wm_seconds: 0.0,
             step_started: Instant::now(),
         })
     }
@@ -524,34 +521,19 @@ impl Track for RobotTrack {
         vec![self.cfg.rollout.group_size; self.cfg.rollout.n_groups]
     }
 
-    fn scorers<'a>(&'a mut self, batch: &'a Vec<Rollout>, _: &'a mut Ledger) -> RolloutScorers<'a> {
+    fn scorers<'a>(
+        &'a mut self,
+        batch: &'a Vec<Rollout>,
+        ledger: &'a mut Ledger,
+    ) -> RolloutScorers<'a> {
         RolloutScorers {
             rollouts: batch,
             group_size: self.cfg.rollout.group_size,
             wm: self.world_model.as_mut(),
             mode: self.cfg.world_model.mode,
-            wm_seconds: &mut self.wm_seconds,
+            ledger,
             wm_scores: None,
         }
-    }
-
-    /// The world model scores every rollout in one pass: charge it once.
-    fn scored(
-        &mut self,
-        _: usize,
-        _: &Vec<Rollout>,
-        outcome: &StepOutcome,
-        ledger: &mut Ledger,
-    ) -> Result<()> {
-        if outcome.stats.wm_rollouts > 0 {
-            ledger.record(
-                Stage::WorldModel,
-                outcome.stats.wm_rollouts as u64,
-                self.wm_seconds,
-            );
-        }
-        self.wm_seconds = 0.0;
-        Ok(())
     }
 
     fn update(
@@ -897,7 +879,7 @@ pub struct RolloutScorers<'a> {
     group_size: usize,
     wm: Option<&'a mut WorldModel>,
     mode: wmrl_worldmodel::ScoreMode,
-    wm_seconds: &'a mut f64,
+    ledger: &'a mut Ledger,
     wm_scores: Option<Vec<f64>>,
 }
 
@@ -917,9 +899,14 @@ impl Scorers for RolloutScorers<'_> {
                     frames: r.frames.iter().collect(),
                 })
                 .collect();
+            // Every rollout in one batched pass, charged once.
             let scores = wm.score(&frames, self.mode)?;
+            self.ledger.record(
+                Stage::WorldModel,
+                scores.len() as u64,
+                t.elapsed().as_secs_f64(),
+            );
             self.wm_scores = Some(scores.iter().map(|s| f64::from(s.score)).collect());
-            *self.wm_seconds += t.elapsed().as_secs_f64();
         }
         let all = self.wm_scores.as_ref().ok_or("no scores")?;
         Ok(groups

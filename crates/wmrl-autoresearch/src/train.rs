@@ -342,8 +342,6 @@ struct ArTrack<'a> {
     /// One sampling stream for the whole run.
     rng: ChaCha8Rng,
     train_comps: Vec<usize>,
-    /// Real executions before the current step.
-    executions_before: u64,
     evals: Vec<EvalPoint>,
     step_logs: Vec<StepLog>,
     /// The run directory, when there is one, with its open metrics.jsonl
@@ -413,7 +411,6 @@ impl Track for ArTrack<'_> {
             (cfg.groups_per_step * cfg.group_size) as u64,
             t.elapsed().as_secs_f64(),
         );
-        self.executions_before = ledger.real_executions;
         Ok(groups)
     }
 
@@ -689,7 +686,6 @@ pub fn train_with_refit(
         policy: Policy::new(cfg.policy.clone(), seed)?,
         rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
         train_comps,
-        executions_before: 0,
         evals: Vec::new(),
         step_logs: Vec::new(),
         files,
@@ -737,7 +733,8 @@ pub fn train_with_refit(
             mean_reward_seen: (!seen.is_empty())
                 .then(|| seen.iter().sum::<f64>() / seen.len() as f64),
             anchors: s.outcome.anchors.len(),
-            executions: run.ledger.real_executions - run.track.executions_before,
+            // Every solution of every anchor group went to the sandbox.
+            executions: s.outcome.anchors.iter().map(|&g| s.batch[g].1.len() as u64).sum(),
             weight: s.outcome.stats.weight,
             disagreement: s.outcome.stats.disagreement,
             kl: s.update.kl,

@@ -58,7 +58,11 @@ pub struct Executor {
 /// Part of every cache key: bump it when grading changes, so a replay never
 /// returns a grade the current rules would not give. 2: ties with a
 /// leaderboard entry count as beating it (MLE-Dojo's rule).
-const GRADING_VERSION: &[u8] = b"grading-2";
+/// 3: the submission is read without following links, only as a regular
+/// file within the size limit; a byte-order mark is dropped; bounded
+/// reasons (a cache written before replays a symlink to the answer key as a
+/// perfect score).
+const GRADING_VERSION: &[u8] = b"grading-3";
 
 fn key(python: &str, comp: &Competition, code: &str) -> String {
     let mut h = Sha256::new();
@@ -136,7 +140,7 @@ impl Executor {
             &self.ladder,
             r.syntax_error,
             r.runtime_error(),
-            &run.submission_path(),
+            &run.submission(),
         )?;
         let outcome = Outcome {
             grade: g,

@@ -158,11 +158,246 @@ fn metric_value(metric: Metric, task: Task, truth: &[String], pred: &[String]) -
     }
 }
 
-/// Score a submission file that exists: the metric on the full answer and the
-/// two leaderboard positions; `Err(reason)` when it is malformed.
+/// The most columns a submission's header may have: enough for any real
+/// submission (two are read), few enough that a hostile header cannot make
+/// the grader allocate per column without bound.
+pub const MAX_SUBMISSION_COLUMNS: usize = 4096;
+
+/// The longest grading `reason`, in characters. Reasons reach agents as
+/// feedback (the MLE-Dojo server, the reward service): they name what is
+/// wrong and quote at most a short excerpt of the submission itself.
+pub const MAX_REASON_CHARS: usize = 160;
+
+/// What the grader got of a solution's `submission.csv`. Everything a
+/// solution leaves behind is hostile: the file is opened without following
+/// links, and only a regular file with one link and no more bytes than the
+/// sandbox's file-size limit is read (see [`Submission::from_file`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submission {
+    /// No `submission.csv`.
+    Missing,
+    /// Something is there but is not read, and why: a symbolic link, a hard
+    /// link, a directory, a FIFO or device, a file over the size limit.
+    Refused(String),
+    /// The file's bytes.
+    Bytes(Vec<u8>),
+}
+
+impl Submission {
+    /// Read `path` as a submission: the last component is opened with
+    /// `O_NOFOLLOW` (a symbolic link is refused, not followed) and
+    /// `O_NONBLOCK` (a FIFO cannot make the grader wait). For files a host
+    /// wrote itself (tests, checks); a sandbox run reads its submission
+    /// through [`crate::sandbox::Run::submission`], which also holds the
+    /// working directory open from before the solution ran.
+    pub fn read(path: &Path, cap_bytes: u64) -> Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path);
+        Self::from_open(opened, cap_bytes)
+    }
+
+    /// The outcome of opening the submission (with `O_NOFOLLOW`): missing,
+    /// refused, or read through [`Self::from_file`].
+    pub fn from_open(opened: std::io::Result<std::fs::File>, cap_bytes: u64) -> Self {
+        match opened {
+            Ok(f) => Self::from_file(f, cap_bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::Missing,
+            // ELOOP: the last component is a symbolic link.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                Self::Refused("submission.csv is a symbolic link".into())
+            }
+            Err(e) => Self::Refused(format!("submission.csv cannot be opened ({:?})", e.kind())),
+        }
+    }
+
+    /// Check the open file itself (`fstat`, so nothing can change between
+    /// the check and the read): a regular file, one link, at most
+    /// `cap_bytes`; then read at most `cap_bytes` from it.
+    pub fn from_file(f: std::fs::File, cap_bytes: u64) -> Self {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let Ok(m) = f.metadata() else {
+            return Self::Refused("submission.csv cannot be inspected".into());
+        };
+        if !m.file_type().is_file() {
+            let kind = if m.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file"
+            };
+            return Self::Refused(format!("submission.csv is {kind}"));
+        }
+        if m.nlink() != 1 {
+            return Self::Refused("submission.csv is a hard link".into());
+        }
+        if m.len() > cap_bytes {
+            return Self::Refused(format!(
+                "submission.csv has {} bytes, over the limit of {cap_bytes}",
+                m.len()
+            ));
+        }
+        let mut buf = Vec::with_capacity(m.len() as usize);
+        match f.take(cap_bytes + 1).read_to_end(&mut buf) {
+            Ok(_) if buf.len() as u64 > cap_bytes => Self::Refused(format!(
+                "submission.csv grew over the limit of {cap_bytes} bytes"
+            )),
+            Ok(_) => Self::Bytes(buf),
+            Err(e) => Self::Refused(format!("submission.csv cannot be read ({:?})", e.kind())),
+        }
+    }
+}
+
+/// At most `max` characters of `s`, control characters escaped, with `...`
+/// when cut: the only form in which submission text enters a reason.
+pub fn excerpt(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i >= max {
+            out.push_str("...");
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Cut a reason to [`MAX_REASON_CHARS`].
+fn bounded(reason: String) -> String {
+    if reason.chars().count() <= MAX_REASON_CHARS {
+        reason
+    } else {
+        let mut r: String = reason.chars().take(MAX_REASON_CHARS - 3).collect();
+        r.push_str("...");
+        r
+    }
+}
+
+/// Split one CSV line as [`Table`] does (double quotes toggle quoting, `""`
+/// inside quotes is a quote, fields trimmed) and call `keep(i, field)` for
+/// the fields `want(i)` selects, building no string for the others. Returns
+/// the number of fields, or `None` past `max_fields`.
+fn split_fields(
+    line: &str,
+    max_fields: usize,
+    want: impl Fn(usize) -> bool,
+    mut keep: impl FnMut(usize, String),
+) -> Option<usize> {
+    let mut idx = 0;
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    let mut wanted = want(0);
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                if wanted {
+                    cur.push('"');
+                }
+                chars.next();
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => {
+                if wanted {
+                    keep(idx, std::mem::take(&mut cur).trim().to_string());
+                }
+                idx += 1;
+                if idx >= max_fields {
+                    return None;
+                }
+                wanted = want(idx);
+            }
+            _ => {
+                if wanted {
+                    cur.push(c);
+                }
+            }
+        }
+    }
+    if wanted {
+        keep(idx, cur.trim().to_string());
+    }
+    Some(idx + 1)
+}
+
+/// Parse a submission into `(id, target)` pairs, reading no more than the
+/// answer's `rows` rows: memory stays within a small multiple of the file's
+/// size whatever its shape. `Err` is a bounded reason.
+fn parse_submission(
+    bytes: &[u8],
+    id_column: &str,
+    target_column: &str,
+    rows: usize,
+) -> std::result::Result<Vec<(String, String)>, String> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        format!(
+            "submission.csv is not UTF-8 text (byte {})",
+            e.valid_up_to()
+        )
+    })?;
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let header_line = lines.next().ok_or("submission.csv is empty")?;
+    let mut header: Vec<(usize, String)> = Vec::new();
+    let n_cols = split_fields(
+        header_line,
+        MAX_SUBMISSION_COLUMNS,
+        |_| true,
+        |i, f| {
+            if f == id_column || f == target_column {
+                header.push((i, f));
+            }
+        },
+    )
+    .ok_or_else(|| format!("the header has more than {MAX_SUBMISSION_COLUMNS} columns"))?;
+    let find = |name: &str| header.iter().find(|(_, f)| f == name).map(|(i, _)| *i);
+    let (Some(sid), Some(stg)) = (find(id_column), find(target_column)) else {
+        return Err(format!(
+            "header {:?} lacks {id_column} or {target_column}",
+            excerpt(header_line, 64)
+        ));
+    };
+    let mut out = Vec::with_capacity(rows.min(1 << 20));
+    for (i, line) in lines.enumerate() {
+        if out.len() == rows {
+            return Err(format!("more than {rows} rows, want {rows}"));
+        }
+        let (mut id, mut target) = (String::new(), String::new());
+        let n = split_fields(
+            line,
+            n_cols + 1,
+            |k| k == sid || k == stg,
+            |k, f| {
+                if k == sid {
+                    id = f;
+                } else {
+                    target = f;
+                }
+            },
+        );
+        if n != Some(n_cols) {
+            return Err(format!(
+                "row {} has {} fields, the header {n_cols}",
+                i + 1,
+                n.map_or_else(|| format!("more than {n_cols}"), |n| n.to_string())
+            ));
+        }
+        out.push((id, target));
+    }
+    Ok(out)
+}
+
+/// Score a submission's bytes: the metric on the full answer and the two
+/// leaderboard positions; `Err(reason)` when it is malformed.
 pub fn score_submission(
     comp: &Competition,
-    submission: &Path,
+    submission: &[u8],
 ) -> Result<Result<(f64, f64), String>> {
     let answer = Table::read(&comp.answer_path())?;
     let meta = &comp.meta;
@@ -173,30 +408,26 @@ pub fn score_submission(
         (Some(a), Some(b)) => (a, b),
         _ => return Ok(Err("test_answer.csv lacks id/target columns".into())),
     };
-    let sub = match Table::read(submission) {
-        Ok(t) => t,
-        Err(e) => return Ok(Err(format!("unreadable: {e}"))),
+    let sub = match parse_submission(
+        submission,
+        &meta.id_column,
+        &meta.target_column,
+        answer.rows.len(),
+    ) {
+        Ok(s) => s,
+        Err(why) => return Ok(Err(why)),
     };
-    let (sid, stg) = match (sub.column(&meta.id_column), sub.column(&meta.target_column)) {
-        (Some(a), Some(b)) => (a, b),
-        _ => {
-            return Ok(Err(format!(
-                "columns {:?}, want {} and {}",
-                sub.header, meta.id_column, meta.target_column
-            )));
-        }
-    };
-    if sub.rows.len() != answer.rows.len() {
+    if sub.len() != answer.rows.len() {
         return Ok(Err(format!(
             "{} rows, want {}",
-            sub.rows.len(),
+            sub.len(),
             answer.rows.len()
         )));
     }
-    let mut by_id: HashMap<&str, &str> = HashMap::with_capacity(sub.rows.len());
-    for r in &sub.rows {
-        if by_id.insert(&r[sid], &r[stg]).is_some() {
-            return Ok(Err(format!("duplicate id {}", r[sid])));
+    let mut by_id: HashMap<&str, &str> = HashMap::with_capacity(sub.len());
+    for (id, target) in &sub {
+        if by_id.insert(id, target).is_some() {
+            return Ok(Err(format!("duplicate id {:?}", excerpt(id, 32))));
         }
     }
     let mut truth = Vec::with_capacity(answer.rows.len());
@@ -207,7 +438,7 @@ pub fn score_submission(
                 truth.push(r[atg].clone());
                 pred.push((*p).to_string());
             }
-            None => return Ok(Err(format!("missing id {}", r[aid]))),
+            None => return Ok(Err("an id of the test set is missing".into())),
         }
     }
     let Some(value) = metric_value(meta.metric, meta.task, &truth, &pred) else {
@@ -220,31 +451,35 @@ pub fn score_submission(
 }
 
 /// Grade a finished run: `syntax_error` and `runtime_error` come from the
-/// sandbox; otherwise the submission (if any) is scored.
+/// sandbox; otherwise the submission (if any) is scored. A submission the
+/// grader refuses to read ([`Submission::Refused`]) is malformed. Every
+/// reason is at most [`MAX_REASON_CHARS`] long.
 pub fn grade(
     comp: &Competition,
     ladder: &Ladder,
     syntax_error: bool,
     runtime_error: Option<String>,
-    submission: &Path,
+    submission: &Submission,
 ) -> Result<Grade> {
-    let done = |rung: Rung, reason: Option<String>| Grade {
+    let done = |rung: Rung, reason: String| Grade {
         rung,
         metric: None,
         position_score: None,
         reward: ladder.reward(rung, None),
-        reason,
+        reason: Some(bounded(reason)),
     };
     if syntax_error {
-        return Ok(done(Rung::SyntaxError, Some("syntax error".into())));
+        return Ok(done(Rung::SyntaxError, "syntax error".into()));
     }
     if let Some(why) = runtime_error {
-        return Ok(done(Rung::RuntimeError, Some(why)));
+        return Ok(done(Rung::RuntimeError, why));
     }
-    if !submission.is_file() {
-        return Ok(done(Rung::RuntimeError, Some("no submission".into())));
-    }
-    Ok(match score_submission(comp, submission)? {
+    let bytes = match submission {
+        Submission::Missing => return Ok(done(Rung::RuntimeError, "no submission".into())),
+        Submission::Refused(why) => return Ok(done(Rung::Malformed, why.clone())),
+        Submission::Bytes(b) => b,
+    };
+    Ok(match score_submission(comp, bytes)? {
         Ok((metric, ps)) => Grade {
             rung: Rung::Valid,
             metric: Some(metric),
@@ -252,7 +487,7 @@ pub fn grade(
             reward: ladder.reward(Rung::Valid, Some(ps)),
             reason: None,
         },
-        Err(why) => done(Rung::Malformed, Some(why)),
+        Err(why) => done(Rung::Malformed, why),
     })
 }
 

@@ -181,11 +181,41 @@ impl RunReport {
 pub struct Run {
     pub report: RunReport,
     pub workdir: tempfile::TempDir,
+    /// The working directory, opened before the solution started: the
+    /// submission is read relative to this, so a solution that renames or
+    /// replaces its directory (where the backend lets it) cannot redirect
+    /// the grader.
+    dir: File,
+    /// The sandbox's file-size limit in bytes: the largest submission read.
+    max_file_bytes: u64,
 }
 
 impl Run {
-    pub fn submission_path(&self) -> PathBuf {
-        self.workdir.path().join("submission.csv")
+    /// The solution's `./submission.csv` as the grader may read it: opened
+    /// relative to the working directory held open since before the run,
+    /// without following a symbolic link and without blocking on a FIFO;
+    /// only a regular file with one link and at most the sandbox's
+    /// file-size limit is read ([`crate::grade::Submission`]). Nothing a
+    /// solution leaves can make the host read another file.
+    pub fn submission(&self) -> crate::grade::Submission {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let name = c"submission.csv";
+        // SAFETY: openat with a valid directory fd and a NUL-terminated
+        // name; the returned fd (when >= 0) is owned by nobody else.
+        let fd = unsafe {
+            libc::openat(
+                self.dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        let opened = if fd < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            // SAFETY: fd is a freshly opened descriptor we own.
+            Ok(unsafe { File::from_raw_fd(fd) })
+        };
+        crate::grade::Submission::from_open(opened, self.max_file_bytes)
     }
 }
 
@@ -692,6 +722,14 @@ impl Sandbox {
             .prefix("wmrl-sbx-log-")
             .tempdir_in(&root)
             .map_err(io_err(&root))?;
+        let dir = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&wd)
+                .map_err(io_err(&wd))?
+        };
         copy_dir(public_dir, &wd.join("public"))?;
         std::fs::write(wd.join("solution.py"), code).map_err(io_err(&wd))?;
         std::fs::write(wd.join("_wmrl_runner.py"), RUNNER).map_err(io_err(&wd))?;
@@ -836,6 +874,8 @@ impl Sandbox {
                 notes,
             },
             workdir,
+            dir,
+            max_file_bytes: self.cfg.max_file_mb * 1024 * 1024,
         })
     }
 }

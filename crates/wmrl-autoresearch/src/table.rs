@@ -35,7 +35,9 @@ fn split_line(line: &str) -> Vec<String> {
 
 impl Table {
     /// Parse CSV text; every row must have as many fields as the header.
+    /// A leading UTF-8 byte-order mark is dropped (as pandas does).
     pub fn parse(text: &str, path: &Path) -> Result<Self> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let mut lines = text.lines().filter(|l| !l.trim().is_empty());
         let header = split_line(lines.next().ok_or_else(|| Error::Csv {
             path: path.into(),

@@ -9,7 +9,10 @@
 
 use serde::Deserialize;
 use wmrl_autoresearch::competition::default_suite_dir;
-use wmrl_autoresearch::{Competition, Ladder, Rung, grade};
+use wmrl_autoresearch::{Competition, Ladder, Rung, Submission, grade};
+
+/// The default sandbox file-size limit (64 MiB).
+const CAP: u64 = 64 << 20;
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -41,7 +44,14 @@ fn grades_like_mledojo_on_known_submissions() {
         let comp = Competition::load(&default_suite_dir().join(&c.competition)).unwrap();
         let p = tmp.path().join("submission.csv");
         std::fs::write(&p, &c.csv).unwrap();
-        let g = grade(&comp, &Ladder::default(), false, None, &p).unwrap();
+        let g = grade(
+            &comp,
+            &Ladder::default(),
+            false,
+            None,
+            &Submission::read(&p, CAP),
+        )
+        .unwrap();
         let at = format!("{} / {}", c.competition, c.submission);
         assert_eq!(g.rung == Rung::Valid, c.expected.valid, "{at}: {g:?}");
         if !c.expected.valid {

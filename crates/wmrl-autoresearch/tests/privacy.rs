@@ -147,7 +147,7 @@ fn no_route_reaches_the_answer_key() {
         &Ladder::default(),
         r.syntax_error,
         r.runtime_error(),
-        &run.submission_path(),
+        &run.submission(),
     )
     .unwrap();
     assert!(g.reward <= 0.2, "the attack scored {g:?}");
@@ -210,11 +210,69 @@ s.to_csv(os.path.join(out, "submission.csv"), index=False)
         &Ladder::default(),
         r.syntax_error,
         r.runtime_error(),
-        &run.submission_path(),
+        &run.submission(),
     )
     .unwrap();
     assert_eq!(g.rung, Rung::Valid, "{g:?} {}", r.stderr);
     // The host's output directory itself is untouched (the run wrote into
     // its own working directory, seen at that path).
     assert!(!out.path().join("submission.csv").exists());
+}
+
+/// What a solution leaves behind is hostile too: the grader, which runs
+/// outside the sandbox (as root in CI), opens `submission.csv` without
+/// following links and reads only a regular file within the size limit.
+/// Each solution here leaves something the host must not read; each is
+/// graded through the executor that `wmrl autoresearch run` (and so the
+/// MLE-Dojo server) and `serve-rewards` use, and scores no more than a
+/// runtime error, with a short reason that quotes no host file.
+#[test]
+fn the_grader_follows_nothing_a_solution_leaves() {
+    let sb = Sandbox::new(SandboxConfig {
+        max_file_mb: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    let ex = wmrl_autoresearch::execute::Executor::new(sb, Ladder::default());
+    let suite = wmrl_autoresearch::competition::default_suite_dir()
+        .canonicalize()
+        .unwrap();
+    let comp = Competition::load(&suite.join("iris")).unwrap();
+    let answer = comp.answer_path().canonicalize().unwrap();
+    let before = digest(&answer);
+    // A root-only host file with a marker the reason must never show.
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("secret.csv");
+    std::fs::write(&secret, "id,target\nTOPSECRET,1\n").unwrap();
+    let a = format!("{:?}", answer.display().to_string());
+    let s = format!("{:?}", secret.display().to_string());
+    let cases = [
+        ("symlink to the answer key", format!("import os\nos.symlink({a}, 'submission.csv')\n")),
+        ("symlink to a host file", format!("import os\nos.symlink({s}, 'submission.csv')\n")),
+        ("symlink to the grader's environment", "import os\nos.symlink('/proc/self/environ', 'submission.csv')\n".to_string()),
+        ("symlink to the grader's memory map", "import os\nos.symlink('/proc/self/maps', 'submission.csv')\n".to_string()),
+        ("relative symlink", "import os\nopen('real.csv','w').write('id,target\\n')\nos.symlink('real.csv', 'submission.csv')\n".to_string()),
+        ("symlink to a directory", "import os\nos.symlink('/', 'submission.csv')\n".to_string()),
+        ("hard link", "import os\nopen('real.csv','w').write('id,target\\n')\nos.link('real.csv', 'submission.csv')\n".to_string()),
+        ("fifo", "import os\nos.mkfifo('submission.csv')\n".to_string()),
+        ("directory", "import os\nos.mkdir('submission.csv')\n".to_string()),
+        ("unix socket", "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('submission.csv')\n".to_string()),
+        ("over the size limit", "with open('submission.csv', 'w') as f:\n    f.write('id,target\\n' + '1,2\\n' * 400000)\n".to_string()),
+        ("a child that swaps in a link after exit", format!("import os, time\nopen('submission.csv','w').write('id,target\\n')\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(0.5)\n    os.remove('submission.csv')\n    os.symlink({a}, 'submission.csv')\n    time.sleep(5)\n")),
+    ];
+    for (what, code) in cases {
+        let o = ex.execute(&comp, &code).unwrap();
+        let g = &o.grade;
+        assert!(g.reward <= 0.2, "{what}: {o:?}");
+        assert_ne!(g.rung, Rung::Valid, "{what}");
+        let reason = g.reason.clone().unwrap_or_default();
+        assert!(
+            reason.chars().count() <= wmrl_autoresearch::grade::MAX_REASON_CHARS,
+            "{what}: {reason}"
+        );
+        for leak in ["TOPSECRET", "PATH=", "sepal", "libc"] {
+            assert!(!reason.contains(leak), "{what}: {reason}");
+        }
+    }
+    assert_eq!(digest(&answer), before, "the answer file changed");
 }

@@ -39,7 +39,7 @@ fn run_and_grade(
         &Ladder::default(),
         r.syntax_error,
         r.runtime_error(),
-        &run.submission_path(),
+        &run.submission(),
     )
     .unwrap();
     (r, g)

@@ -11,8 +11,9 @@ LeRobot's own LeRobotDataset class reading an export back.
      and one written by LeRobot's own writer (MP4) -> import -> compared.
   3. Native `wmrl demos` -> export (video and images) -> LeRobotDataset reads
      frames, actions and states -> re-import -> compared with the originals.
-  4. Truncated inputs and a taken output fail with one `error:` line and
-     leave nothing under the final names.
+  4. Truncated inputs, a taken output and video encoder failures fail with
+     one `error:` line (no stray encoder lines) and leave the file tree as it
+     was: no output directory, parent or hidden staging directory they made.
 
 Usage: envs/datasets/.venv/bin/python envs/datasets/check.py --wmrl target/debug/wmrl
 """
@@ -39,7 +40,7 @@ import pyarrow.parquet as pq
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from wmrl_episodes import encode_png, list_episodes, read_episode  # noqa: E402
+from wmrl_episodes import Episode, encode_png, list_episodes, read_episode, write_episode  # noqa: E402
 
 CLI = [sys.executable, str(HERE / "wmrl_datasets.py")]
 RNG = np.random.default_rng(0)
@@ -173,7 +174,12 @@ def check_libero(tmp: Path, wmrl: str) -> Path:
         assert np.array_equal(ep.actions, d["actions"][1:].astype(np.float32))
         assert ep.progress == [None] * t and ep.final_progress is None
     same = tmp / "libero_same"
+    same.mkdir()  # an existing directory: files moved in, not the directory renamed
     run(CLI + ["import-libero-hdf5", files[1], "--out", str(same), "--pairing", "same", "--task", "0"])
+    assert sorted(p.name for p in same.iterdir()) == ["ep_000000.msgpack"], list(same.iterdir())
+    assert sorted(p.name for p in out.iterdir()) == [f"ep_{i:06d}.msgpack" for i in range(3)]
+    left = [p.name for p in tmp.iterdir() if p.name.startswith(".")]
+    assert not left, f"staging directories left after imports: {left}"
     ep = read_episode(list_episodes(same)[0])
     d = truths[1][2][0]
     assert len(ep) == 6 and np.array_equal(ep.actions, d["actions"].astype(np.float32))
@@ -406,15 +412,62 @@ def check_export(tmp: Path, wmrl: str) -> None:
 # -- 4. malformed inputs ---------------------------------------------------
 
 
-def expect_error(args: list[str], out: Path | None, what: str) -> None:
+def tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def expect_error(tmp: Path, args: list[str], what: str, encoder: bool = False) -> str:
+    """The command fails with exactly one `error:` line on stderr (the video
+    encoder's own lines inside it only when `encoder`), nothing on stdout, and
+    leaves every path under `tmp` as it was: no output directory, parent or
+    hidden staging directory it made, no file added to an existing one."""
+    before = tree(tmp)
     p = run(CLI + args, ok=False)
     assert p.returncode == 1, (what, p.returncode, p.stderr)
     lines = p.stderr.strip().splitlines()
-    clean = len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in p.stderr
-    assert clean, (what, p.stderr)
-    if out is not None:
-        assert not out.exists() or not list_episodes(out), f"{what}: episodes written"
-        assert not out.exists() or not [p for p in out.iterdir() if p.name.startswith(".staging")]
+    clean = len(lines) == 1 and lines[0].startswith("error: ") and not p.stdout
+    assert clean, (what, p.stdout, p.stderr)
+    assert ("encoder: Svt[error]" in lines[0]) == encoder, (what, lines[0])
+    after = tree(tmp)
+    assert after == before, (what, "made", sorted(after - before), "removed", sorted(before - after))
+    return lines[0]
+
+
+def write_flat_episode(d: Path, width: int, height: int) -> None:
+    """One valid 3-step episode with frames of the given size."""
+    d.mkdir(parents=True)
+    t = 3
+    write_episode(d, 0, Episode(
+        suite="fixture", task=0, init_state=0, seed=0, instruction="put both moka pots on the stove",
+        success=True, final_progress=None, source="check", camera_names=["agentview"],
+        frames=[np.full((t, height, width, 3), 128, np.uint8)],
+        proprio=np.zeros((t, 9), np.float32), actions=np.zeros((t, 7), np.float32),
+        progress=[None] * t))
+
+
+def check_export_failures(tmp: Path) -> None:
+    """A failed export prints its one error line only: nothing the video
+    encoder prints reaches the terminal unless the encoder caused the
+    failure, and then inside that line."""
+    bad_ep = tmp / "bad" / "eps"
+    # After the good demos, so the encoders are mid-stream when it fails
+    # (SVT-AV1 complains "deinit called without sending EOS!" if freed so).
+    line = expect_error(tmp, ["export-lerobot", str(tmp / "demos"), str(bad_ep), "--out",
+                              str(tmp / "new_parent" / "bad_export")], "truncated episode after good ones")
+    assert "not a whole episode file" in line, line
+    flat = tmp / "bad" / "flat"
+    write_flat_episode(flat, 64, 2)  # SVT-AV1 refuses frames under 4 pixels high
+    line = expect_error(tmp, ["export-lerobot", str(flat), "--out", str(tmp / "bad_export")],
+                        "encoder refuses the frame size", encoder=True)
+    assert "libsvtav1 video encoding failed" in line, line
+    narrow = tmp / "bad" / "narrow"
+    write_flat_episode(narrow, 8, 64)  # SVT-AV1 3.0.0 dies of SIGFPE on these
+    line = expect_error(tmp, ["export-lerobot", str(narrow), "--out", str(tmp / "bad_export")],
+                        "frames too narrow for SVT-AV1")
+    assert "at least 26 pixels wide" in line, line
+    run(CLI + ["export-lerobot", str(narrow), "--out", str(tmp / "narrow_h264"), "--vcodec", "h264"])
+    print("failed exports: truncated episode after encoding began, encoder refusal, frames too narrow: "
+          "one error line each (encoder lines only inside the encoder's), nothing left behind")
 
 
 def check_malformed(tmp: Path) -> None:
@@ -424,33 +477,39 @@ def check_malformed(tmp: Path) -> None:
     cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
     good = tmp / "libero" / (list(LIBERO_FILES)[1] + ".hdf5")
     # A good file first: its demos must not be written either.
-    expect_error(["import-libero-hdf5", str(good), str(cut), "--out", str(tmp / "bad_out1")],
-                 tmp / "bad_out1", "truncated hdf5")
+    # Into a missing directory under a missing parent: neither may stay.
+    expect_error(tmp, ["import-libero-hdf5", str(good), str(cut), "--out",
+                       str(tmp / "bad_parent" / "bad_out1")], "truncated hdf5")
+    # Into an existing directory: its entries stay exactly as they were.
+    (tmp / "bad_out_existing").mkdir()
+    (tmp / "bad_out_existing" / "notes.txt").write_text("kept")
+    expect_error(tmp, ["import-libero-hdf5", str(good), str(cut), "--out",
+                       str(tmp / "bad_out_existing")], "truncated hdf5 into an existing directory")
     root = tmp / "bad" / "lerobot"
     shutil.copytree(tmp / "lerobot_libero", root)
     data = root / "data/chunk-000/file-001.parquet"
     data.write_bytes(data.read_bytes()[:-100])
-    expect_error(["import-lerobot", str(root), "--out", str(tmp / "bad_out2")], tmp / "bad_out2",
+    expect_error(tmp, ["import-lerobot", str(root), "--out", str(tmp / "bad_out2")],
                  "truncated parquet")
     vroot = tmp / "bad" / "video"
     shutil.copytree(tmp / "export_video", vroot)
     mp4 = vroot / "videos/observation.images.wrist/chunk-000/file-000.mp4"
     mp4.write_bytes(mp4.read_bytes()[: mp4.stat().st_size // 3])
-    expect_error(["import-lerobot", str(vroot), "--out", str(tmp / "bad_out3")], tmp / "bad_out3",
+    expect_error(tmp, ["import-lerobot", str(vroot), "--out", str(tmp / "bad_out3")],
                  "truncated mp4")
-    expect_error(["export-lerobot", str(tmp / "demos"), "--out", str(tmp / "export_video")], None,
+    expect_error(tmp, ["export-lerobot", str(tmp / "demos"), "--out", str(tmp / "export_video")],
                  "export onto an existing dataset")
     bad_ep = tmp / "bad" / "eps"
     bad_ep.mkdir()
     ep_bytes = list_episodes(tmp / "demos")[0].read_bytes()
     (bad_ep / "ep_000000.msgpack").write_bytes(ep_bytes[: len(ep_bytes) // 2])
-    expect_error(["export-lerobot", str(bad_ep), "--out", str(tmp / "bad_export")], None,
+    expect_error(tmp, ["export-lerobot", str(bad_ep), "--out", str(tmp / "bad_export")],
                  "truncated episode")
-    assert not (tmp / "bad_export").exists() and not list(tmp.glob(".bad_export.partial-*"))
-    expect_error(["import-libero-hdf5", str(good), "--out", str(tmp / "libero_eps")], None,
+    expect_error(tmp, ["import-libero-hdf5", str(good), "--out", str(tmp / "libero_eps")],
                  "import over existing episodes")
     print("malformed: truncated HDF5, parquet, MP4 and episode file, a taken output: one error "
-          "line each, nothing written under final names")
+          "line each, nothing created (no output directory, parent or staging left)")
+    check_export_failures(tmp)
 
 
 def main() -> int:

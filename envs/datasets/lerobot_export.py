@@ -7,15 +7,22 @@ data/chunk-CCC/file-FFF.parquet and, with video, one MP4 per camera and file
 (videos/observation.images.<camera>/chunk-CCC/file-FFF.mp4, episodes
 concatenated, located by from/to timestamps); with images, PNG bytes in the
 data files instead. Everything is written under a hidden sibling of ROOT and
-renamed to ROOT at the end, so ROOT is either whole or absent. Never
-overwrites an existing dataset.
+renamed to ROOT at the end, so ROOT is either whole or absent, and a failed
+export removes the sibling and any parent directory it made. The video
+encoders write to the process's stderr directly (SVT-AV1's `Svt[error]: ...`
+lines): that stream is held while they run and shown only inside the one
+error of an export the encoder made fail. Never overwrites an existing
+dataset.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 import warnings
 from fractions import Fraction
@@ -26,9 +33,60 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import lerobot_layout as L
-from wmrl_episodes import DatasetError, Episode, encode_png, list_episodes, read_episode
+from wmrl_episodes import (DatasetError, Episode, encode_png, list_episodes, make_parents,
+                           read_episode, remove_made)
 
 QUANTILES = (0.01, 0.10, 0.50, 0.90, 0.99)
+# SVT-AV1 3.0.0 (in PyAV 15.1.0's wheel) dies of SIGFPE on frames narrower
+# than this (measured: every even width up to 24 crashes, 26 encodes), which
+# no exception can catch; such frames are refused before the encoder starts.
+SVTAV1_MIN_WIDTH = 26
+# At most this many of the encoder's own lines go into an error message.
+ENCODER_LOG_LINES = 8
+
+
+class EncoderError(DatasetError):
+    """The video encoder refused or failed; the export adds what it printed."""
+
+
+@contextlib.contextmanager
+def held_stderr():
+    """Point file descriptor 2 at a temporary file for the block and yield a
+    function returning what was written there. Encoders print from C (and
+    from their own threads) straight to fd 2, past `sys.stderr`. On an
+    exception other than DatasetError (a bug) the held text is replayed, so
+    nothing that explains a traceback is lost."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+
+        def text() -> str:
+            sys.stderr.flush()
+            log.seek(0)
+            return log.read().decode("utf-8", "replace")
+
+        try:
+            yield text
+        except DatasetError:
+            raise
+        except BaseException:
+            held = text()
+            os.dup2(saved, 2)
+            sys.stderr.write(held)
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+def _encoder_said(held: str) -> str:
+    # A retried close repeats the encoder's complaint: each line once.
+    lines = list(dict.fromkeys(ln.strip() for ln in held.splitlines() if ln.strip()))
+    if not lines:
+        return ""
+    return "; encoder: " + " | ".join(lines[-ENCODER_LOG_LINES:])
 
 
 def feature_stats(x: np.ndarray) -> dict[str, np.ndarray]:
@@ -83,35 +141,64 @@ class VideoFile:
 
         if width % 2 or height % 2:
             raise DatasetError(f"{width}x{height} frames: yuv420p video needs even sizes (use --images)")
+        if vcodec == "libsvtav1" and width < SVTAV1_MIN_WIDTH:
+            raise DatasetError(f"{width}x{height} frames: libsvtav1 needs frames at least "
+                               f"{SVTAV1_MIN_WIDTH} pixels wide (use --vcodec h264 or --images)")
         path.parent.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1 prints its banner otherwise
-        self.path = path
+        self.path, self.vcodec = path, vcodec
         self.container = av.open(str(path), "w")
+        self.closed = False
         opts = {"g": str(L.VIDEO_GOP), "crf": str(crf)}
         if vcodec == "libsvtav1":
             opts["preset"] = "12"
-        self.stream = self.container.add_stream(vcodec, rate=fps, options=opts)
-        self.stream.width, self.stream.height = width, height
-        self.stream.pix_fmt = L.VIDEO_PIX_FMT
+        with self._encoding():
+            self.stream = self.container.add_stream(vcodec, rate=fps, options=opts)
+            self.stream.width, self.stream.height = width, height
+            self.stream.pix_fmt = L.VIDEO_PIX_FMT
         self.time_base = Fraction(1, fps)
         self.frames = 0
+
+    @contextlib.contextmanager
+    def _encoding(self):
+        import av
+
+        try:
+            yield
+        except av.FFmpegError as e:
+            where = "/".join(self.path.parts[-3:])
+            raise EncoderError(f"{where}: {self.vcodec} video encoding failed ({e})") from None
 
     def add(self, rgb: np.ndarray) -> None:
         import av
 
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
         frame.pts, frame.time_base = self.frames, self.time_base
-        for packet in self.stream.encode(frame):
-            self.container.mux(packet)
+        with self._encoding():
+            for packet in self.stream.encode(frame):
+                self.container.mux(packet)
         self.frames += 1
 
     def size_mb(self) -> float:
         return self.path.stat().st_size / 2**20
 
     def close(self) -> None:
-        for packet in self.stream.encode(None):
-            self.container.mux(packet)
-        self.container.close()
+        # Ends the stream: an encoder freed without its end-of-stream prints
+        # a complaint (SVT-AV1: "deinit called without sending EOS!").
+        self.closed = True
+        with self._encoding():
+            for packet in self.stream.encode(None):
+                self.container.mux(packet)
+            self.container.close()
+
+    def discard(self) -> None:
+        """Close after a failure, whatever state the encoder is in."""
+        # The file is thrown away and the first error already reported.
+        if not self.closed:
+            with contextlib.suppress(Exception):
+                self.close()
+        with contextlib.suppress(Exception):
+            self.container.close()
 
 
 def video_info(path: Path) -> dict:
@@ -269,6 +356,18 @@ class Exporter:
         self.ep_stats.append(stats)
         self.frames += t
 
+    def discard(self) -> None:
+        """Close every writer after a failure, so no encoder is left to
+        complain when it is freed, and free them while stderr is still held."""
+        if self.data_writer is not None:
+            with contextlib.suppress(Exception):
+                self.data_writer.close()
+            self.data_writer = None
+        for _, vf in self.videos.values():
+            vf.discard()
+        self.videos.clear()
+        gc.collect()
+
     def finish(self) -> dict:
         if self.schema is None:
             raise DatasetError("no episodes to export")
@@ -321,18 +420,36 @@ def export(dirs: list[Path], root: Path, fps: int, video: bool, vcodec: str, crf
         raise DatasetError("--fps must be positive")
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise DatasetError(f"{root} exists and is not an empty directory; nothing written")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}.partial-"))
+    made = make_parents(root.parent)
+    try:
+        stage = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}.partial-"))
+    except BaseException:
+        remove_made(made)
+        raise
     try:
         (stage / "meta").mkdir()
-        ex = Exporter(stage, fps, video, vcodec, crf)
-        for p in paths:
-            ex.add(read_episode(p), str(p))
-        info = ex.finish()
+        info = _write(paths, stage, fps, video, vcodec, crf)
         if root.exists():
             root.rmdir()
         os.rename(stage, root)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
+        remove_made(made)
         raise
     return info
+
+
+def _write(paths: list[Path], stage: Path, fps: int, video: bool, vcodec: str, crf: int) -> dict:
+    """The whole dataset into `stage`, encoders' stderr held (held_stderr)."""
+    with held_stderr() as held:
+        ex = Exporter(stage, fps, video, vcodec, crf)
+        try:
+            for p in paths:
+                ex.add(read_episode(p), str(p))
+            return ex.finish()
+        except EncoderError as e:
+            ex.discard()
+            raise DatasetError(f"{e}{_encoder_said(held())}") from None
+        except BaseException:
+            ex.discard()
+            raise

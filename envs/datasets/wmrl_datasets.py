@@ -6,12 +6,16 @@
   import-lerobot ROOT --out DIR [--camera NAME=KEY]... [--flip ...]
       A LeRobotDataset v3.0 (parquet plus MP4 or images) -> episode files.
   export-lerobot EPISODE_DIR... --out ROOT [--fps 20] [--video | --images]
-      Demonstrations or rollouts (directories of episode files) -> LeRobot v3.0.
+      Demonstrations or rollouts (directories of episode files) -> LeRobot v3.0;
+      each episode's suite, task, init state, seed, success, final progress and
+      source go into the `wmrl/*` columns of meta/episodes.
 
 Run with envs/datasets/.venv/bin/python (scripts/setup.d/70-datasets.sh).
 A malformed or truncated input fails with one `error:` line and exit status
-1; an import writes its episodes only once every input converted, an export
-appears at ROOT only when whole.
+1 and leaves nothing it created. An import makes DIR if missing and writes
+its episodes only once every input converted (never over an existing
+episode). An export's ROOT must not exist or be an empty directory; the
+dataset appears there only when whole.
 """
 
 from __future__ import annotations
@@ -77,14 +81,29 @@ def cmd_export_lerobot(a) -> str:
             f"{info['codebase_version']}")
 
 
+IMPORT_DESC = ("{what} -> wmrl episode files (ep_NNNNNN.msgpack). DIR is made if missing; "
+               "the episodes appear there only once every input converted, and a failed import "
+               "leaves nothing it created (not even DIR).")
+OUT_HELP = ("directory for ep_NNNNNN.msgpack files (made if missing; existing episodes are never "
+            "overwritten, see --start-index)")
+EXPORT_DESC = ("Episode files -> a LeRobotDataset v3.0 at ROOT, which must not exist or be an empty "
+               "directory; the dataset is written to a hidden sibling and renamed to ROOT when "
+               "whole, so a failed export leaves nothing. Frames go to "
+               "observation.images.<camera>, proprio to observation.state, actions to action, "
+               "oracle progress to wmrl.progress; each episode's suite, task, init_state, seed, "
+               "success, final_progress and source go into the wmrl/<field> columns of "
+               "meta/episodes.")
+
+
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="wmrl_datasets.py", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="wmrl_datasets.py", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    p = sub.add_parser("import-libero-hdf5", help="LIBERO HDF5 demonstrations -> episode files")
+    p = sub.add_parser("import-libero-hdf5", help="LIBERO HDF5 demonstrations -> episode files",
+                       description=IMPORT_DESC.format(what="LIBERO HDF5 demonstrations"))
     p.add_argument("files", nargs="+", metavar="FILE", help="LIBERO *_demo.hdf5 files")
-    p.add_argument("--out", required=True, help="directory for ep_NNNNNN.msgpack files")
+    p.add_argument("--out", required=True, metavar="DIR", help=OUT_HELP)
     p.add_argument("--suite", default="libero_10", help="suite name recorded (default libero_10)")
     p.add_argument("--task", type=int, default=None,
                    help="task index in the suite (default: matched from the file's instruction "
@@ -98,9 +117,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start-index", type=int, default=0, help="index of the first episode file")
     p.set_defaults(run=cmd_import_libero)
 
-    p = sub.add_parser("import-lerobot", help="LeRobotDataset v3.0 -> episode files")
+    p = sub.add_parser("import-lerobot", help="LeRobotDataset v3.0 -> episode files",
+                       description=IMPORT_DESC.format(what="A LeRobotDataset v3.0"))
     p.add_argument("root", metavar="ROOT", help="dataset root (holds meta/info.json)")
-    p.add_argument("--out", required=True, help="directory for ep_NNNNNN.msgpack files")
+    p.add_argument("--out", required=True, metavar="DIR", help=OUT_HELP)
     p.add_argument("--camera", action="append", metavar="NAME=KEY",
                    help="wmrl camera NAME from feature KEY, in camera order (repeat); default: "
                         "agentview from observation.images.{agentview,image}, wrist from "
@@ -119,9 +139,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--start-index", type=int, default=0, help="index of the first episode file")
     p.set_defaults(run=cmd_import_lerobot)
 
-    p = sub.add_parser("export-lerobot", help="episode files -> LeRobotDataset v3.0")
-    p.add_argument("episode_dirs", nargs="+", metavar="EPISODE_DIR")
-    p.add_argument("--out", required=True, metavar="ROOT", help="new dataset root (must not exist)")
+    p = sub.add_parser("export-lerobot", help="episode files -> LeRobotDataset v3.0",
+                       description=EXPORT_DESC)
+    p.add_argument("episode_dirs", nargs="+", metavar="EPISODE_DIR",
+                   help="directories of ep_NNNNNN.msgpack files, exported in order")
+    p.add_argument("--out", required=True, metavar="ROOT",
+                   help="dataset root: must not exist or be an empty directory")
     p.add_argument("--fps", type=int, default=20, help="frames per second (LIBERO: 20)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--video", action="store_true", help="frames as MP4 (default; lossy)")

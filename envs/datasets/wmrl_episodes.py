@@ -5,8 +5,10 @@ MessagePack map per episode with named fields, every frame PNG-encoded RGB8,
 floats as float32, written to `ep_NNNNNN.msgpack.partial`, fsync'd, then
 renamed. `EpisodeSink` stages a whole conversion in a hidden directory and
 moves the files under their final names only once every input converted, so
-a failed import leaves nothing new in the output directory. This module must
-never leave a partial file under a final name, nor overwrite an episode.
+a failed import leaves nothing it created: no new episode in an existing
+output directory, and no output directory (nor missing parent) it would
+have made. This module must never leave a partial file under a final name,
+nor overwrite an episode.
 """
 
 from __future__ import annotations
@@ -235,25 +237,42 @@ def _parse(m, what: str) -> Episode:
 
 
 class EpisodeSink:
-    """Collects converted episodes in `OUT/.staging-*` and, on success, moves
-    them to `OUT/ep_NNNNNN.msgpack` from `start_index` on; on failure removes
-    the staging directory. Refuses to overwrite an existing episode."""
+    """Collects converted episodes in a hidden staging directory and, on
+    success, publishes them as `OUT/ep_NNNNNN.msgpack` from `start_index` on;
+    on failure removes everything it created. Refuses to overwrite an
+    existing episode.
+
+    When OUT exists the staging directory is `OUT/.staging-*` and the files
+    are moved into OUT one by one. When it does not, the staging directory is
+    a hidden sibling `.OUT.staging-*` renamed to OUT at the end, so OUT
+    appears whole or not at all, and the parents made for it are removed
+    again on failure.
+    """
 
     def __init__(self, out: Path, start_index: int = 0):
         if start_index < 0:
             raise DatasetError("--start-index must be >= 0")
         if out.exists() and not out.is_dir():
             raise DatasetError(f"{out}: exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
+        self.out = out
+        self.start = start_index
+        self.count = 0
+        self.made_parents: list[Path] = []
+        self.new_out = not out.exists()
+        if self.new_out:
+            self.made_parents = make_parents(out.parent)
+            try:
+                self.stage = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.staging-"))
+            except BaseException:
+                remove_made(self.made_parents)
+                raise
+            return
         taken = [int(EPISODE_RE.match(p.name).group(1)) for p in list_episodes(out)]
         later = [i for i in taken if i >= start_index]
         if later:
             raise DatasetError(f"{out} already holds episode {min(later):06d}; "
                                f"pass --start-index {max(taken) + 1} to add after it")
-        self.out = out
         self.stage = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
-        self.start = start_index
-        self.count = 0
 
     def add(self, ep: Episode, what: str = "") -> None:
         # A bad value is the input's fault: name where it came from.
@@ -266,6 +285,8 @@ class EpisodeSink:
         self.count += 1
 
     def commit(self) -> list[Path]:
+        if self.new_out:
+            return self._commit_new()
         staged = list_episodes(self.stage)
         finals = [self.out / p.name for p in staged]
         clash = [f for f in finals if f.exists()]
@@ -273,23 +294,74 @@ class EpisodeSink:
             raise DatasetError(f"{clash[0]} appeared while converting; nothing moved")
         for src, dst in zip(staged, finals):
             os.rename(src, dst)
-        fd = os.open(self.out, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync_dir(self.out)
         shutil.rmtree(self.stage, ignore_errors=True)
         return finals
 
+    def _commit_new(self) -> list[Path]:
+        _fsync_dir(self.stage)
+        try:
+            # Replaces OUT only if something made it an empty directory meanwhile.
+            os.rename(self.stage, self.out)
+        except OSError:
+            raise DatasetError(f"{self.out} appeared while converting; nothing moved") from None
+        _fsync_dir(self.out.parent)
+        return list_episodes(self.out)
+
     def abort(self) -> None:
         shutil.rmtree(self.stage, ignore_errors=True)
+        remove_made(self.made_parents)
 
     def __enter__(self) -> EpisodeSink:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc_type is None:
-            self.commit()
-        else:
+        if exc_type is not None:
             self.abort()
+            return False
+        try:
+            self.commit()
+        except BaseException:
+            self.abort()
+            raise
         return False
+
+
+def make_parents(d: Path) -> list[Path]:
+    """mkdir -p `d`; returns the directories it made, outermost first."""
+    missing = []
+    while not d.exists():
+        missing.append(d)
+        if d.parent == d:
+            break
+        d = d.parent
+    made: list[Path] = []
+    try:
+        for m in reversed(missing):
+            try:
+                m.mkdir()
+            except FileExistsError:  # made by someone else meanwhile
+                continue
+            made.append(m)
+    except BaseException:
+        remove_made(made)
+        raise
+    return made
+
+
+def remove_made(made: list[Path]) -> None:
+    """Undo `make_parents`, innermost first, stopping at the first directory
+    something else has put a file in."""
+    for d in reversed(made):
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

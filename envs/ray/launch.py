@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Start K wmrl-bridge simulator workers as Ray actors and print their endpoints.
 
-Each actor runs one worker process on its node, bound on that node's IP:
+Each actor runs one worker process on its node, bound on the node's IP as
+Ray knows it (127.0.0.1 on a loopback-only instance, see README.md), the
+address it reports:
   --kind sim     `wmrl serve-sim --envs N` (the embedded simulator; the `wmrl`
                  binary must be on PATH on every node, or pass --wmrl PATH)
   --kind libero  `envs/libero/server.py --envs N` (the real LIBERO; needs the
@@ -66,7 +68,8 @@ class SimWorker:
         self.ip = ray.util.get_node_ip_address()
         self.port = port or free_port()
         self.endpoint = f"tcp://{self.ip}:{self.port}"
-        self.cmd = [c.replace("{BIND}", f"tcp://0.0.0.0:{self.port}") for c in cmd]
+        # The reported address, not 0.0.0.0: a loopback-only instance stays so.
+        self.cmd = [c.replace("{BIND}", f"tcp://{self.ip}:{self.port}") for c in cmd]
         self.max_restarts = max_restarts
         self.restarts = 0
         self.proc = None

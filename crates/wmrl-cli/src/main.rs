@@ -15,8 +15,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the episodes in a directory written by `wmrl demos` or a rollout
-    /// dump: task, length, success, final progress.
+    /// List the episode files in a directory (`wmrl demos`, `wmrl eval
+    /// --save-episodes`, an envs/datasets import): file, task, init state,
+    /// steps, success, source (`--json` adds final progress).
     Episodes(cmd::episodes::Args),
     /// Scripted-expert demonstrations from the embedded simulator, written as
     /// episode files (`--tasks all --per-task N --out DIR [--noise S]`).

@@ -13,6 +13,13 @@ whose part 0 is a msgpack map
 ops: hello, ping, request_info {info_type}, validate_code {code},
 execute_code {code}, get_history, reset {competition?}, close.
 
+Actions run one at a time, in arrival order; hello and ping are answered at
+once, even while an action runs (a liveness probe with a short timeout does
+not fail during an execution). close answers, then ends the server. reset
+clears the history and is not recorded in it (MLE-Dojo's env.reset()). A
+message over 16 MiB is refused at its frame header: the sender's connection
+is dropped before its body is read.
+
 Every action's result is MLE-Dojo's observation (mledojo/gym/env.py) with the
 reward and the action's own result merged in: action_status, feedback
 (feedback.base.feedback is the text an agent reads), reward,
@@ -29,6 +36,12 @@ output_path are real absolute directories: code may read the data there and
 write submission.csv there (the sandbox shows its own copy of the public
 files and its working directory at those paths).
 
+The raw score is reported exactly, as MLE-Dojo does, which lets a solution
+learn hidden test labels one row per execution (submit a variant that
+changes one prediction, watch the score move). --report-digits N rounds
+every raw score the agent sees to N decimals (docs/autoresearch.md says
+when that hides a one-row change).
+
 Code runs in wmrl's own sandbox and is graded by wmrl's own grader: the server
 calls `wmrl autoresearch run` (the Rust CLI), so limits, isolation and the
 reward ladder are exactly those of training. The competition folder may be
@@ -36,23 +49,28 @@ one of wmrl's (envs/mledojo/competitions/<name>) or an MLE-Dojo competition
 with a meta.json added (see docs/autoresearch.md).
 
 Usage: server.py --competition iris [--suite DIR] [--endpoint tcp://127.0.0.1:5599] [--wmrl PATH]
-                 [--output-dir DIR]
+                 [--output-dir DIR] [--report-digits N]
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import msgpack
 import zmq
 
 PROTOCOL_VERSION = 1
+# Largest request message; a larger one is refused at its frame header.
+MAX_MESSAGE_BYTES = 16 << 20
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 # MLE-Dojo's info providers (mledojo/gym/interface.py); "all" returns every one.
@@ -93,9 +111,14 @@ def feedback(text, ok=True):
 class Session:
     """One competition, its MLE-Dojo-shaped history, and the current and best scores."""
 
-    def __init__(self, suite, competition, wmrl, output_root):
+    def __init__(self, suite, competition, wmrl, output_root, report_digits=None):
         self.suite, self.wmrl, self.output_root = suite, wmrl, output_root
+        self.report_digits = report_digits
         self.load(competition)
+
+    def reported(self, raw):
+        """A raw score as the agent sees it: exact, or rounded to --report-digits."""
+        return raw if self.report_digits is None else round(raw, self.report_digits)
 
     def load(self, competition):
         d = os.path.join(self.suite, competition)
@@ -196,16 +219,20 @@ class Session:
         g = o["grade"]
         execution = self._runtime(o)
         if g["rung"] == "valid":
-            submission = {"status": "SUCCESS", "raw_score": g["metric"],
+            # Only the reported value is kept, so that not even "a new
+            # best" tells more than the rounded score does.
+            raw = self.reported(g["metric"])
+            submission = {"status": "SUCCESS", "raw_score": raw,
                           "position_score": {"avg_score": g["position_score"]}}
             reward = g["position_score"]
-            self.current_raw, self.current_pos = g["metric"], g["position_score"]
+            self.current_raw, self.current_pos = raw, g["position_score"]
             hib = self.meta.get("higher_is_better", True)
-            better = self.best_raw is None or (g["metric"] > self.best_raw if hib else g["metric"] < self.best_raw)
+            better = self.best_raw is None or (raw > self.best_raw if hib else raw < self.best_raw)
             if better:
-                self.best_raw, self.best_pos = g["metric"], g["position_score"]
+                self.best_raw, self.best_pos = raw, g["position_score"]
                 self.history.update(best_code=code, best_raw_score=self.best_raw, best_position_score=self.best_pos)
-            text = (f"Submission scored {g['metric']:.6g} ({self.meta['metric']}), "
+            shown = f"{raw:.6g}" if self.report_digits is None else f"{raw:.{self.report_digits}f}"
+            text = (f"Submission scored {shown} ({self.meta['metric']}), "
                     f"position score {g['position_score']:.4f}")
         else:
             submission = None if execution["status"] == "FAILED" else {
@@ -226,6 +253,15 @@ class Session:
         if action not in ("get_history",):
             self.history["actions"].append({"step": self.history["step_count"], "action": action,
                                             "timestamp": time.time(), "result": result, "feedback": fb})
+        return self.observation(result, fb, reward)
+
+    def reset(self, competition):
+        """MLE-Dojo's env.reset(): a fresh history, not an entry in it."""
+        self.load(competition or self.competition)
+        result = {"status": "SUCCESS", "competition": self.competition}
+        return self.observation(result, feedback(f"Environment reset successfully: {self.competition}"), 0.0)
+
+    def observation(self, result, fb, reward):
         acts = self.history["actions"]
         return {"action_status": result.get("status"), "feedback": fb, "reward": reward,
                 "current_raw_score": self.current_raw, "current_position_score": self.current_pos,
@@ -235,10 +271,16 @@ class Session:
                 **{k: v for k, v in result.items() if k != "status"}}
 
 
+# Answered at once by the receiving thread, even while an action runs.
+IMMEDIATE = ("hello", "ping")
+
+
 def handle(session, head):
-    op = head.get("op")
+    if not isinstance(head, dict):
+        raise DojoError("bad_request", "header must be a map")
     if head.get("v") != PROTOCOL_VERSION:
         raise DojoError("version", f"protocol version {head.get('v')}, server speaks {PROTOCOL_VERSION}")
+    op = head.get("op")
     if op == "hello":
         return {"server": "wmrl-mledojo", "competition": session.competition, "ops": [
             "request_info", "validate_code", "execute_code", "get_history", "reset", "ping", "close"],
@@ -252,10 +294,74 @@ def handle(session, head):
     if op == "get_history":
         return session.step(op, *session.get_history())
     if op == "reset":
-        session.load(head.get("competition") or session.competition)
-        return session.step(op, {"status": "SUCCESS", "competition": session.competition},
-                            f"Environment reset: {session.competition}", 0.0)
+        return session.reset(head.get("competition"))
     raise DojoError("bad_request", f"unknown op {op!r}")
+
+
+def parse(frames):
+    """Split a ROUTER message into its envelope (the peer's identity and the
+    REQ delimiter) and the request head, or an error reply for a head that
+    is not msgpack."""
+    cut = frames.index(b"") + 1 if b"" in frames else 1
+    envelope, body = frames[:cut], frames[cut:]
+    try:
+        return envelope, msgpack.unpackb(body[0], raw=False, strict_map_key=False) if body else None
+    except Exception as e:  # a malformed request never kills the server
+        return envelope, e
+
+
+def answer(session, head):
+    """The reply map to one request, errors included."""
+    req_id = head.get("id") if isinstance(head, dict) else None
+    try:
+        if isinstance(head, Exception):
+            raise head
+        result = handle(session, head)
+        return {"v": PROTOCOL_VERSION, "id": req_id, "ok": True, "error": None, "result": result}
+    except DojoError as e:
+        return {"v": PROTOCOL_VERSION, "id": req_id, "ok": False, "error": {"kind": e.kind, "message": e.message},
+                "result": None}
+    except Exception as e:  # a malformed request never kills the server
+        return {"v": PROTOCOL_VERSION, "id": req_id, "ok": False, "error": {"kind": "bad_request", "message": repr(e)},
+                "result": None}
+
+
+def actions(session, ctx, work):
+    """The action thread: one action at a time, replies sent back to the
+    receiving thread over inproc (ZeroMQ sockets stay in their thread).
+    Ends after close, or at None."""
+    done = ctx.socket(zmq.PAIR)
+    done.setsockopt(zmq.LINGER, 0)
+    done.connect("inproc://wmrl-mledojo-done")
+    try:
+        while (item := work.get()) is not None:
+            envelope, head = item
+            reply = answer(session, head)
+            closing = head.get("op") == "close"
+            done.send_multipart([b"close" if closing else b"", *envelope, msgpack.packb(reply, use_bin_type=True)])
+            if closing:
+                return
+    finally:
+        done.close()
+
+
+def lock_output(output_dir):
+    """One server per output directory: archives (execution_N.py) of two
+    would overwrite each other. The lock goes with the process, however it
+    ends."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, ".wmrl-mledojo.lock")
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        raise SystemExit(f"{output_dir} is in use by another server (pid {f.read().strip() or '?'}); "
+                         "stop it or pass another --output-dir")
+    f.truncate(0)
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
 
 
 def main():
@@ -266,29 +372,54 @@ def main():
     ap.add_argument("--wmrl", default=None)
     ap.add_argument("--output-dir", default=os.path.join(tempfile.gettempdir(), "wmrl-mledojo"),
                     help="output_path root: <dir>/<competition>/ holds archived code (execution_N.py)")
-    ap.add_argument("--max-requests", type=int, default=0, help="exit after this many requests (0: never)")
+    ap.add_argument("--max-requests", type=int, default=0, help="exit after this many replies (0: never)")
+    ap.add_argument("--report-digits", type=int, default=None,
+                    help="round every raw score the agent sees to N decimals (default: exact, as MLE-Dojo)")
     a = ap.parse_args()
-    session = Session(os.path.abspath(a.suite), a.competition, find_wmrl(a.wmrl), os.path.abspath(a.output_dir))
-    sock = zmq.Context.instance().socket(zmq.REP)
+    if a.report_digits is not None and a.report_digits < 0:
+        raise SystemExit("--report-digits must be >= 0")
+    output_lock = lock_output(os.path.abspath(a.output_dir))
+    session = Session(os.path.abspath(a.suite), a.competition, find_wmrl(a.wmrl), os.path.abspath(a.output_dir),
+                      a.report_digits)
+    ctx = zmq.Context.instance()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
     sock.bind(a.endpoint)
+    done = ctx.socket(zmq.PAIR)
+    done.bind("inproc://wmrl-mledojo-done")
+    work = queue.Queue()
+    worker = threading.Thread(target=actions, args=(session, ctx, work), daemon=True)
+    worker.start()
+    poller = zmq.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(done, zmq.POLLIN)
     print(f"wmrl-mledojo: {a.competition} on {a.endpoint}", file=sys.stderr, flush=True)
-    served = 0
-    while a.max_requests == 0 or served < a.max_requests:
-        parts = sock.recv_multipart()
-        req_id, reply = None, None
-        try:
-            head = msgpack.unpackb(parts[0], raw=False, strict_map_key=False)
-            if not isinstance(head, dict):
-                raise DojoError("bad_request", "header must be a map")
-            req_id = head.get("id")
-            result = handle(session, head)
-            reply = {"v": PROTOCOL_VERSION, "id": req_id, "ok": True, "error": None, "result": result}
-        except DojoError as e:
-            reply = {"v": PROTOCOL_VERSION, "id": req_id, "ok": False, "error": {"kind": e.kind, "message": e.message}, "result": None}
-        except Exception as e:  # a malformed request never kills the server
-            reply = {"v": PROTOCOL_VERSION, "id": req_id, "ok": False, "error": {"kind": "bad_request", "message": repr(e)}, "result": None}
-        sock.send(msgpack.packb(reply, use_bin_type=True))
-        served += 1
+    served, closing = 0, False
+    while not closing and (a.max_requests == 0 or served < a.max_requests):
+        events = dict(poller.poll())
+        if done in events:
+            flag, *reply = done.recv_multipart()
+            sock.send_multipart(reply)
+            served += 1
+            closing = flag == b"close"
+            continue
+        envelope, head = parse(sock.recv_multipart())
+        # Malformed heads and hello/ping are answered here and now.
+        if not isinstance(head, dict) or head.get("v") != PROTOCOL_VERSION or head.get("op") in IMMEDIATE:
+            sock.send_multipart([*envelope, msgpack.packb(answer(session, head), use_bin_type=True)])
+            served += 1
+        else:
+            work.put((envelope, head))
+    # Drop what nobody will be answered for, let the action thread finish
+    # the action it runs, then deliver every reply sent.
+    while not work.empty():
+        work.get_nowait()
+    work.put(None)
+    worker.join()
+    done.close(linger=0)
+    sock.close(linger=5000)
+    ctx.term()
+    output_lock.close()
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ the batch's prompts and completions (plain strings or conversational
 messages), groups consecutive completions of the same prompt, extracts the
 code of each (the first fenced ```python block, or the whole text), and
 returns one float per completion. The service returns each candidate's
-advantage (group-centred, anchor groups weighted), so TRL's own centring
-changes nothing; give TRL `scale_rewards="none"` (or `False` in older
+advantage (standardised within its group, anchor groups weighted), so
+TRL's own centring changes nothing; give TRL `scale_rewards="none"` (or `False` in older
 versions) to keep the anchor weight, which a per-group division by the
 standard deviation would cancel.
 

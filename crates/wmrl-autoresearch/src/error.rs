@@ -37,6 +37,9 @@ pub enum Error {
     Core(#[from] wmrl_core::CoreError),
     #[error("invalid config: {0}")]
     Config(String),
+    /// Something a live process holds (a reward service's state file).
+    #[error("in use: {0}")]
+    InUse(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -14,6 +14,7 @@ pub mod competition;
 mod error;
 pub mod execute;
 pub mod grade;
+pub mod lock;
 pub mod nn;
 pub mod onnx_predictor;
 pub mod policy;

@@ -7,18 +7,25 @@
 //! predictor) and calibrated against the anchors, anchor advantages
 //! weighted by the inverse-variance weight.
 //!
-//! The reward returned is the candidate's advantage (group-centred, and for
-//! anchor groups multiplied by the anchor weight), so a trainer that
-//! centres rewards per group changes nothing and one that also divides by
-//! the group's spread loses only the weight. The loop's state (scheduler
-//! credit, calibrator, weight, ledger) is saved after every request and
-//! reloaded on start, so a restarted service continues where it stopped.
+//! The reward returned is the candidate's GRPO advantage: standardised
+//! within its group (`(score - mean) / (std + eps)`, wmrl-core's
+//! `group_advantages` with the paper's settings), and for anchor groups
+//! multiplied by the anchor weight. A trainer that standardises again per
+//! group therefore changes nothing but the weight. The loop's state
+//! (scheduler, calibrator, weight, ledger, and which world model the
+//! calibration was fitted to) is saved after every request and reloaded on
+//! start, so a restarted service continues where it stopped; while a
+//! service runs, its state file is locked, so a second service on it is
+//! refused rather than overwriting the first one's updates.
+//!
+//! This module must never let a request change the state unless the whole
+//! request succeeded and was saved.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use wmrl_core::rng::SplitMix64;
+use sha2::{Digest, Sha256};
 use wmrl_core::{CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers};
 
 use crate::Suite;
@@ -26,6 +33,7 @@ use crate::code_features::code_input;
 use crate::competition::Competition;
 use crate::error::{Error, Result, io_err};
 use crate::execute::Executor;
+use crate::lock::FileLock;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::train::{ArArm, charge_real, charge_world_model, execute_codes};
 
@@ -34,6 +42,9 @@ use crate::train::{ArArm, charge_real, charge_world_model, execute_codes};
 pub const PROTOCOL: u32 = 1;
 /// Most candidates one request may carry.
 pub const MAX_CANDIDATES: usize = 1024;
+/// Layout of the state file; a state of another layout is refused (2: the
+/// core's scheduler keeps the anchor fraction, the world model is recorded).
+const STATE_FORMAT: u32 = 2;
 
 /// One request: groups of candidates for one competition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,12 +62,13 @@ pub struct RewardRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RewardReply {
     pub protocol: u32,
-    /// What to train on, one per candidate: its advantage (0 for a
-    /// candidate the loop left out, e.g. an ungradable one).
+    /// What to train on, one per candidate: its advantage, standardised
+    /// within the group (0 for a candidate the loop left out, e.g. an
+    /// ungradable one).
     pub rewards: Vec<Vec<f64>>,
-    /// The score each candidate was graded with before centring: the real
-    /// reward-ladder value in anchor groups, the (calibrated) world-model
-    /// score in the others; `None` where ungraded.
+    /// The score each candidate was graded with before standardising: the
+    /// real reward-ladder value in anchor groups, the (calibrated)
+    /// world-model score in the others; `None` where ungraded.
     pub scores: Vec<Vec<Option<f64>>>,
     /// Indices of the groups executed in the sandbox.
     pub anchors: Vec<usize>,
@@ -78,24 +90,46 @@ pub struct RewardReply {
 /// The service's settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RewardConfig {
+    /// `real` executes every group, `wm` none, `wmrl` the fraction
+    /// `core.anchors.fraction` of all groups seen, kept over the stream of
+    /// requests (a request of one group is executed every fourth time at
+    /// 0.25; the per-step minimum `core.anchors.min_groups` does not apply).
     pub arm: ArArm,
-    /// Fraction of groups executed (`wmrl`); `real` executes all, `wm` none.
-    pub anchor_fraction: f64,
     pub seed: u64,
     pub core: CoreConfig,
 }
 
+/// The world model a calibration was fitted to: a calibration maps one
+/// model's scores and means nothing for another's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredictorId {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+impl PredictorId {
+    /// The SHA-256 of the ONNX file `p` was loaded from.
+    pub fn of(p: &OnnxPredictor) -> Result<Self> {
+        let bytes = std::fs::read(p.path()).map_err(io_err(p.path()))?;
+        let sha256 = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Ok(Self {
+            path: p.path().to_path_buf(),
+            sha256,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct State {
+    format: u32,
     config: RewardConfig,
+    /// `None` for the `real` arm, which reads no world model.
+    predictor: Option<PredictorId>,
     core: CorrectionLoop,
     ledger: Ledger,
-    /// Groups answered and groups executed: a request executes as many
-    /// groups as bring the executed count to `floor(anchor_fraction x
-    /// groups seen)`, so the realised fraction tracks the setting over
-    /// requests of any size.
-    groups_seen: u64,
-    groups_executed: u64,
     requests: u64,
 }
 
@@ -106,14 +140,18 @@ pub struct RewardService {
     predictor: Option<OnnxPredictor>,
     state: State,
     state_path: Option<PathBuf>,
+    /// Held while the service lives, so no other service writes the state.
+    _lock: Option<FileLock>,
 }
 
 impl RewardService {
     /// A service over `suite`. `predictor` (a code predictor,
     /// [`crate::predictor::InputKind::Code`]) is required by `wm` and
-    /// `wmrl`. With `state_path`, the loop's state is loaded from it when it
-    /// exists (its settings must equal `cfg`) and written after every
-    /// request.
+    /// `wmrl`. With `state_path`, the state file is locked (another live
+    /// service on it is [`Error::InUse`]), its state is loaded when it
+    /// exists (its settings must equal `cfg` and its world model
+    /// `predictor`'s file, byte for byte), and the state is written now and
+    /// after every request.
     pub fn new(
         suite: Suite,
         executor: Executor,
@@ -121,66 +159,31 @@ impl RewardService {
         cfg: RewardConfig,
         state_path: Option<&Path>,
     ) -> Result<Self> {
-        if !(0.0..=1.0).contains(&cfg.anchor_fraction) {
-            return Err(Error::Config(format!(
-                "anchor fraction {} is not in [0, 1]",
-                cfg.anchor_fraction
-            )));
-        }
         if cfg.arm != ArArm::Real && predictor.is_none() {
             return Err(Error::Config(format!(
                 "arm `{}` scores with the world model: give a code predictor",
                 cfg.arm.name()
             )));
         }
-        let loaded = match state_path {
-            Some(p) if p.exists() => {
-                let text = std::fs::read_to_string(p).map_err(io_err(p))?;
-                let s: State = serde_json::from_str(&text).map_err(|source| Error::Json {
-                    path: p.into(),
-                    source,
-                })?;
-                if s.config != cfg {
-                    return Err(Error::Config(format!(
-                        "{}: saved by a service with other settings ({:?}); pass another state file or the same settings",
-                        p.display(),
-                        s.config
-                    )));
-                }
-                Some(s)
-            }
-            _ => None,
+        let predictor_id = match (&predictor, cfg.arm) {
+            (_, ArArm::Real) | (None, _) => None,
+            (Some(p), _) => Some(PredictorId::of(p)?),
         };
-        let state = match loaded {
-            Some(s) => s,
-            None => {
-                let core = CorrectionLoop::new(cfg.core.clone(), cfg.arm.core(), cfg.seed)
-                    .map_err(|e| Error::Config(e.to_string()))?;
-                // A request is a slice of one scarce stream: one whose groups
-                // are all executed keeps its real grades and the weight
-                // (free labels only when everything is executed).
-                let core = if cfg.anchor_fraction < 1.0 {
-                    core.in_scarce_regime()
-                } else {
-                    core
-                };
-                State {
-                    core,
-                    config: cfg,
-                    ledger: Ledger::default(),
-                    groups_seen: 0,
-                    groups_executed: 0,
-                    requests: 0,
-                }
-            }
+        let lock = state_path.map(lock_state).transpose()?;
+        let state = match state_path.filter(|p| p.exists()) {
+            Some(p) => load_state(p, &cfg, predictor_id.as_ref())?,
+            None => new_state(cfg, predictor_id)?,
         };
-        Ok(Self {
+        let service = Self {
             suite,
             executor,
             predictor,
             state,
             state_path: state_path.map(Path::to_path_buf),
-        })
+            _lock: lock,
+        };
+        service.save(&service.state)?;
+        Ok(service)
     }
 
     pub fn requests(&self) -> u64 {
@@ -221,25 +224,8 @@ impl RewardService {
                 "{total} candidates; at most {MAX_CANDIDATES} per request"
             )));
         }
-        let n = req.groups.len();
         // Work on a copy; it replaces the state only once saved.
         let mut st = self.state.clone();
-        let anchors: Vec<usize> = match st.config.arm {
-            ArArm::Real => (0..n).collect(),
-            ArArm::Wm => Vec::new(),
-            ArArm::Wmrl => {
-                let seen = st.groups_seen + n as u64;
-                // The epsilon keeps 10 x 0.1 from flooring to 0.999...
-                let due = (st.config.anchor_fraction * seen as f64 + 1e-9).floor() as u64;
-                let k = (due.saturating_sub(st.groups_executed) as usize).min(n);
-                let mut rng = SplitMix64::new(
-                    st.config.seed ^ st.requests.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-                );
-                let mut a = rng.sample_without_replacement(n, k);
-                a.sort_unstable();
-                a
-            }
-        };
         let cpu_before = st.ledger.real_cpu_seconds;
         let sizes: Vec<usize> = req.groups.iter().map(Vec::len).collect();
         let mut scorers = RequestScorers {
@@ -249,12 +235,11 @@ impl RewardService {
             groups: &req.groups,
             ledger: &mut st.ledger,
         };
-        let out = st.core.step_with_anchors(&sizes, &anchors, &mut scorers)?;
+        // The core's scheduler picks the anchors (`real`: all, `wm`: none).
+        let out = st.core.step(&sizes, None, &mut scorers)?;
         // The per-pair and per-rollout records would grow the state file
         // with every request; the reply carries what a trainer needs.
         st.core.take_diagnostics();
-        st.groups_seen += n as u64;
-        st.groups_executed += anchors.len() as u64;
         st.ledger.labels += out.stats.labels_used as u64;
         st.requests += 1;
         let reply = RewardReply {
@@ -292,6 +277,95 @@ impl RewardService {
         std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
         std::fs::rename(&tmp, p).map_err(io_err(p))
     }
+}
+
+/// Lock `<state>.lock` (the state file itself is replaced by a rename at
+/// every save, so a lock on it would not survive the first request).
+fn lock_state(state: &Path) -> Result<FileLock> {
+    let mut name = state.as_os_str().to_owned();
+    name.push(".lock");
+    let path = PathBuf::from(name);
+    FileLock::try_take(&path)?.ok_or_else(|| {
+        Error::InUse(format!(
+            "{}: another reward service ({}) keeps its state there (lock {}); stop it or pass another --state",
+            state.display(),
+            FileLock::holder(&path),
+            path.display()
+        ))
+    })
+}
+
+fn new_state(cfg: RewardConfig, predictor: Option<PredictorId>) -> Result<State> {
+    let core = CorrectionLoop::new(cfg.core.clone(), cfg.arm.core(), cfg.seed)
+        .map_err(|e| Error::Config(e.to_string()))?
+        .with_anchors_over_stream();
+    // A request is a slice of one scarce stream: one whose groups are all
+    // executed keeps its real grades and the weight (free labels only when
+    // everything is executed).
+    let core = if cfg.core.anchors.fraction.is_all() {
+        core
+    } else {
+        core.in_scarce_regime()
+    };
+    Ok(State {
+        format: STATE_FORMAT,
+        config: cfg,
+        predictor,
+        core,
+        ledger: Ledger::default(),
+        requests: 0,
+    })
+}
+
+/// Load a saved state, refusing one of another layout, other settings, or
+/// a calibration fitted to another world model.
+fn load_state(p: &Path, cfg: &RewardConfig, predictor: Option<&PredictorId>) -> Result<State> {
+    let text = std::fs::read_to_string(p).map_err(io_err(p))?;
+    let json_err = |source| Error::Json {
+        path: p.into(),
+        source,
+    };
+    #[derive(Deserialize)]
+    struct Format {
+        #[serde(default)]
+        format: u32,
+    }
+    let format = serde_json::from_str::<Format>(&text)
+        .map_err(json_err)?
+        .format;
+    if format != STATE_FORMAT {
+        return Err(Error::Config(format!(
+            "{}: a state of format {format} (this wmrl reads format {STATE_FORMAT}); pass another --state or remove it to start over",
+            p.display()
+        )));
+    }
+    let s: State = serde_json::from_str(&text).map_err(json_err)?;
+    if s.config != *cfg {
+        return Err(Error::Config(format!(
+            "{}: saved by a service with other settings ({:?}); pass another state file or the same settings",
+            p.display(),
+            s.config
+        )));
+    }
+    let sha = |id: Option<&PredictorId>| id.map(|i| i.sha256.clone());
+    if sha(s.predictor.as_ref()) != sha(predictor) {
+        let name = |id: Option<&PredictorId>| {
+            id.map_or("no world model".into(), |i| {
+                format!(
+                    "{} (sha256 {})",
+                    i.path.display(),
+                    i.sha256.get(..12).unwrap_or(&i.sha256)
+                )
+            })
+        };
+        return Err(Error::Config(format!(
+            "{}: its calibration was fitted to the world model {}, and this service scores with {}; a calibration maps one model's scores, so pass another --state (or remove this one) to start over with this model",
+            p.display(),
+            name(s.predictor.as_ref()),
+            name(predictor)
+        )));
+    }
+    Ok(s)
 }
 
 struct RequestScorers<'a> {

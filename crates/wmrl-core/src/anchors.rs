@@ -16,6 +16,9 @@ pub struct AnchorScheduler {
     rng: SplitMix64,
     groups_seen: usize,
     anchors_chosen: usize,
+    /// Keep the fraction over all steps, not per step ([`Self::over_stream`]).
+    #[serde(default)]
+    over_stream: bool,
 }
 
 impl AnchorScheduler {
@@ -25,12 +28,31 @@ impl AnchorScheduler {
             rng: SplitMix64::new(seed ^ 0xA2C4_0000_0000_0001),
             groups_seen: 0,
             anchors_chosen: 0,
+            over_stream: false,
         })
     }
 
+    /// Keep the fraction over the whole stream of steps instead of per step:
+    /// a step wants as many anchors as bring the count chosen so far to
+    /// `floor(fraction * groups seen)`, with no per-step minimum. For a
+    /// caller whose steps are small slices of one stream (the AutoResearch
+    /// reward service answers requests of one group), where the per-step
+    /// rule would make every one-group step an anchor.
+    pub fn over_stream(mut self) -> Self {
+        self.over_stream = true;
+        self
+    }
+
     /// How many anchors a step of `n_groups` wants, before the capacity cap:
-    /// `max(min_groups, round(fraction * n_groups))`, at most `n_groups`.
+    /// `max(min_groups, round(fraction * n_groups))`, at most `n_groups`
+    /// ([`Self::over_stream`]: what brings the stream to its fraction).
     pub fn wanted(&self, n_groups: usize) -> usize {
+        if self.over_stream {
+            let seen = (self.groups_seen + n_groups) as f64;
+            // The epsilon keeps 10 x 0.1 from flooring to 0.999...
+            let due = (self.cfg.fraction.get() * seen + 1e-9).floor() as usize;
+            return due.saturating_sub(self.anchors_chosen).min(n_groups);
+        }
         let by_fraction = (self.cfg.fraction.get() * n_groups as f64).round() as usize;
         by_fraction.max(self.cfg.min_groups).min(n_groups)
     }
@@ -131,6 +153,27 @@ mod tests {
         assert_eq!(s.choose(3, None, None).expect("ok").len(), 1); // min_groups
         let f = s.realised_fraction();
         assert!((f - 10.0 / 139.0).abs() < 1e-12, "{f}");
+    }
+
+    #[test]
+    fn over_stream_keeps_the_fraction_across_small_steps() {
+        // One-group steps at 0.25: the per-step rule (min_groups 1) makes
+        // every step an anchor; over the stream every fourth one is.
+        let mut s = sched(0.25, AnchorMode::Uniform).over_stream();
+        let counts: Vec<usize> = (0..12)
+            .map(|_| s.choose(1, None, None).expect("ok").len())
+            .collect();
+        assert_eq!(counts, [0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1]);
+        // Mixed step sizes and a capacity cap: the deficit is made up later.
+        let mut s = sched(0.1, AnchorMode::Uniform).over_stream();
+        assert_eq!(s.choose(3, None, None).expect("ok").len(), 0);
+        assert_eq!(s.choose(20, Some(1), None).expect("ok").len(), 1); // due 2
+        assert_eq!(s.choose(7, None, None).expect("ok").len(), 2); // due 3
+        assert!((s.realised_fraction() - 0.1).abs() < 1e-12);
+        // The stratified mode draws its anchors the same way.
+        let mut s = sched(0.5, AnchorMode::Stratified).over_stream();
+        assert!(s.choose(1, None, Some(&[0.3])).expect("ok").is_empty());
+        assert_eq!(s.choose(1, None, Some(&[0.3])).expect("ok"), [0]);
     }
 
     #[test]

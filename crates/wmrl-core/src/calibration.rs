@@ -281,6 +281,17 @@ impl Calibrator {
         Ok(refitted)
     }
 
+    /// Start over (the world model changed): drop every pair and the map,
+    /// then push `wm`/`real` (the new model's scores of recent anchors) as
+    /// the first pairs.
+    pub fn restart(&mut self, wm: &[f64], real: &[f64]) -> Result<()> {
+        self.buf.clear();
+        self.map = None;
+        self.new_since_fit = 0;
+        self.push(wm, real)?;
+        Ok(())
+    }
+
     /// Fit on the whole buffer now. Keeps the previous map when the buffer
     /// has fewer than two distinct score levels.
     pub fn refit(&mut self) -> bool {

@@ -344,6 +344,9 @@ pub struct CoreConfig {
     pub anchor_reward: AnchorReward,
     /// `w_mix` of `anchor_reward = "mix"`. Reference: 2.
     pub mix_weight: f64,
+    /// Beyond the paper: refit the world model on the run's anchors
+    /// (`[wmrl.refit]`, off by default; [`crate::refit`]).
+    pub refit: crate::refit::RefitConfig,
 }
 
 impl Default for CoreConfig {
@@ -356,6 +359,7 @@ impl Default for CoreConfig {
             dense_fallback_on_flat_anchors: false,
             anchor_reward: AnchorReward::Calib,
             mix_weight: 2.0,
+            refit: crate::refit::RefitConfig::default(),
         }
     }
 }
@@ -371,6 +375,7 @@ fn invalid(key: &'static str, value: impl ToString, reason: &'static str) -> Cor
 impl CoreConfig {
     /// Reject values the method cannot run with, naming the key.
     pub fn validate(&self) -> Result<()> {
+        self.refit.validate()?;
         let c = &self.calibration;
         if c.bins < 2 {
             return Err(invalid("calibration.bins", c.bins, "must be at least 2"));

@@ -89,6 +89,10 @@ pub struct CorrectionLoop {
     /// all anchors ([`CorrectionLoop::in_scarce_regime`]).
     #[serde(default)]
     scarce_regime: bool,
+    /// Anchor groups gathered since the last world-model refit (kept only
+    /// with `refit.every > 0`; [`crate::refit`]).
+    #[serde(default)]
+    refit_anchors: Vec<crate::refit::AnchorGroup>,
 }
 
 fn mean(xs: &[f64]) -> Option<f64> {
@@ -108,6 +112,7 @@ impl CorrectionLoop {
             step: 0,
             shuffle_seed: seed ^ 0x54AF_F1E5,
             scarce_regime: false,
+            refit_anchors: Vec::new(),
         })
     }
 
@@ -119,6 +124,14 @@ impl CorrectionLoop {
     /// executed slice keeps its real outcomes and its weight.
     pub fn in_scarce_regime(mut self) -> Self {
         self.scarce_regime = true;
+        self
+    }
+
+    /// Keep the anchor fraction over the whole stream of steps rather than
+    /// per step ([`AnchorScheduler::over_stream`]): for a caller whose steps
+    /// are small slices of one stream.
+    pub fn with_anchors_over_stream(mut self) -> Self {
+        self.scheduler = self.scheduler.over_stream();
         self
     }
 
@@ -148,6 +161,32 @@ impl CorrectionLoop {
     }
     pub fn steps_done(&self) -> u64 {
         self.step
+    }
+
+    /// The newest `refit.holdout_groups` anchor groups gathered since the
+    /// last refit, oldest first: what a world-model refit is judged on.
+    pub fn refit_holdout(&self) -> &[crate::refit::AnchorGroup] {
+        let k = self.cfg.refit.holdout_groups.min(self.refit_anchors.len());
+        &self.refit_anchors[self.refit_anchors.len() - k..]
+    }
+
+    /// After a refit: forget the gathered groups and, if the candidate was
+    /// accepted (and `refit.restart_calibration`), restart the calibration
+    /// from the held-out groups' real outcomes paired with the new model's
+    /// scores of them (`candidate`, as given to [`crate::refit::decide`]).
+    pub fn refitted(
+        &mut self,
+        decision: &crate::refit::RefitDecision,
+        candidate: &[Vec<f64>],
+    ) -> Result<()> {
+        if decision.accepted && self.cfg.refit.restart_calibration {
+            let held = self.refit_holdout();
+            let wm: Vec<f64> = candidate.iter().flatten().copied().collect();
+            let real: Vec<f64> = held.iter().flat_map(|g| g.real.clone()).collect();
+            self.calibrator.restart(&wm, &real)?;
+        }
+        self.refit_anchors.clear();
+        Ok(())
     }
 
     /// Run one step over `group_sizes.len()` groups. `capacity` caps anchor
@@ -287,6 +326,14 @@ impl CorrectionLoop {
                     .zip(r)
                     .filter_map(|(&x, y)| y.map(|y| (x, y)))
                     .unzip();
+                if self.cfg.refit.every > 0 && !xs.is_empty() {
+                    self.refit_anchors.push(crate::refit::AnchorGroup {
+                        step: self.step,
+                        group: g,
+                        wm: xs.clone(),
+                        real: ys.clone(),
+                    });
+                }
                 if arm.calibrates() && !xs.is_empty() {
                     refit |= self.calibrator.push(&xs, &ys)?;
                 }

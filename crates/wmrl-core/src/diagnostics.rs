@@ -243,26 +243,8 @@ impl Diagnostics {
     /// outcomes this is the AUROC of the score for success; 0.5 is chance.
     /// `None` until two different outcomes have been seen.
     pub fn concordance(&self) -> Option<f64> {
-        let mut p: Vec<(f64, f64)> = self.pairs.iter().map(|r| (r.real, r.wm)).collect();
-        p.sort_by(|a, b| a.0.total_cmp(&b.0));
-        // Compare every pair against all pairs with a strictly lower real
-        // outcome: O(n^2) over anchors, a few thousand at most per run.
-        let (mut agree, mut total) = (0.0f64, 0u64);
-        let mut lower_end = 0;
-        for i in 0..p.len() {
-            while p[lower_end].0 < p[i].0 {
-                lower_end += 1;
-            }
-            for q in &p[..lower_end] {
-                total += 1;
-                agree += match p[i].1.total_cmp(&q.1) {
-                    std::cmp::Ordering::Greater => 1.0,
-                    std::cmp::Ordering::Equal => 0.5,
-                    std::cmp::Ordering::Less => 0.0,
-                };
-            }
-        }
-        (total > 0).then(|| agree / total as f64)
+        let p: Vec<(f64, f64)> = self.pairs.iter().map(|r| (r.real, r.wm)).collect();
+        crate::rank::concordance(&p).0
     }
 
     pub fn summary(&self, cfg: &CalibrationConfig) -> DiagnosticsSummary {

@@ -26,7 +26,8 @@ pub struct Ledger {
     /// Real executions (simulator episodes, sandbox runs).
     pub real_executions: u64,
     pub real_seconds: f64,
-    /// CPU seconds of real execution where measured (sandbox rusage).
+    /// CPU seconds of real execution where measured (sandbox rusage; the
+    /// embedded simulator's process CPU time when it runs in-process).
     pub real_cpu_seconds: f64,
     /// Real success labels the learner was given.
     pub labels: u64,
@@ -42,6 +43,17 @@ pub struct Ledger {
     pub eval_seconds: f64,
     /// Simulator control steps (robot track).
     pub sim_steps: u64,
+    /// Process CPU seconds of each stage where measured ([`Ledger::record_cpu`];
+    /// absent in ledgers before 2026-12-03). The simulator's are
+    /// `real_cpu_seconds`.
+    #[serde(default)]
+    pub wm_cpu_seconds: f64,
+    #[serde(default)]
+    pub policy_cpu_seconds: f64,
+    #[serde(default)]
+    pub update_cpu_seconds: f64,
+    #[serde(default)]
+    pub eval_cpu_seconds: f64,
 }
 
 impl Ledger {
@@ -72,6 +84,18 @@ impl Ledger {
         }
     }
 
+    /// Add process CPU seconds to a stage (counted apart from its wall
+    /// seconds: shared/BENCHMARKS.md reports CPU time).
+    pub fn record_cpu(&mut self, stage: Stage, cpu_seconds: f64) {
+        *match stage {
+            Stage::RealExecution => &mut self.real_cpu_seconds,
+            Stage::WorldModel => &mut self.wm_cpu_seconds,
+            Stage::PolicySample => &mut self.policy_cpu_seconds,
+            Stage::Update => &mut self.update_cpu_seconds,
+            Stage::Eval => &mut self.eval_cpu_seconds,
+        } += cpu_seconds;
+    }
+
     /// Run `f`, recording its wall seconds and `count` against `stage`.
     pub fn timed<T>(&mut self, stage: Stage, count: u64, f: impl FnOnce() -> T) -> T {
         let t = Instant::now();
@@ -96,6 +120,10 @@ impl Ledger {
         self.eval_episodes += o.eval_episodes;
         self.eval_seconds += o.eval_seconds;
         self.sim_steps += o.sim_steps;
+        self.wm_cpu_seconds += o.wm_cpu_seconds;
+        self.policy_cpu_seconds += o.policy_cpu_seconds;
+        self.update_cpu_seconds += o.update_cpu_seconds;
+        self.eval_cpu_seconds += o.eval_cpu_seconds;
     }
 }
 
@@ -116,5 +144,11 @@ mod tests {
         let mut b = a.clone();
         b.merge(&a);
         assert_eq!((b.wm_rollouts, b.labels, b.updates), (256, 16, 2));
+        b.record_cpu(Stage::PolicySample, 1.5);
+        b.record_cpu(Stage::RealExecution, 0.5);
+        let mut c = b.clone();
+        c.merge(&b);
+        assert_eq!((c.policy_cpu_seconds, c.real_cpu_seconds), (3.0, 1.0));
+        assert_eq!(c.eval_cpu_seconds, 0.0);
     }
 }

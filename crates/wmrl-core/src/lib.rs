@@ -19,6 +19,8 @@ pub mod correction;
 pub mod diagnostics;
 mod error;
 pub mod ledger;
+pub mod rank;
+pub mod refit;
 pub mod rng;
 pub mod rundir;
 pub mod stats;
@@ -36,6 +38,7 @@ pub use correction::{CorrectionLoop, ScorerError, Scorers, StepOutcome, StepStat
 pub use diagnostics::{Diagnostics, DiagnosticsSummary};
 pub use error::{CoreError, Result};
 pub use ledger::{Ledger, Stage};
+pub use refit::{AnchorGroup, RefitConfig, RefitDecision};
 pub use rundir::RunDir;
 pub use track::{Run, Schedule, Step, Track};
 pub use weight::{AnchorWeight, group_disagreement};

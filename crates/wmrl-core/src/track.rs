@@ -48,6 +48,33 @@ pub trait Track: Sized {
         Ok(())
     }
 
+    /// Beyond the paper (`wmrl.refit`, [`crate::refit`]): fit a candidate
+    /// world model on the track's world-model data plus every anchor group
+    /// the run gathered except `held_out` (the newest), and return the
+    /// candidate's raw scores of the `held_out` groups' members (same
+    /// shapes as their `real`), charging the fit to `ledger`. The candidate
+    /// is kept aside until [`Track::refit_done`]. `None`: this track cannot
+    /// refit (the default).
+    fn refit_candidate(
+        &mut self,
+        _step: usize,
+        _held_out: &[crate::refit::AnchorGroup],
+        _ledger: &mut Ledger,
+    ) -> Result<Option<Vec<Vec<f64>>>, Self::Error> {
+        Ok(None)
+    }
+
+    /// The verdict on the candidate of [`Track::refit_candidate`]: install
+    /// it when accepted (from the next scoring on), drop it otherwise, and
+    /// record the decision.
+    fn refit_done(
+        &mut self,
+        _decision: &crate::refit::RefitDecision,
+        _ledger: &mut Ledger,
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     /// The policy's GRPO update from the step's advantages.
     fn update(
         &mut self,
@@ -153,6 +180,7 @@ impl<T: Track> Run<T> {
         self.ledger.labels += outcome.stats.labels_used as u64;
         self.track
             .scored(index, &batch, &outcome, &mut self.ledger)?;
+        self.refit_if_due(index + 1)?;
         let update = self
             .track
             .update(index, &batch, &outcome, &mut self.ledger)?;
@@ -163,6 +191,25 @@ impl<T: Track> Run<T> {
             outcome,
             update,
         })
+    }
+
+    /// The world-model refit of `wmrl.refit` after `done` steps, when due:
+    /// the track fits a candidate without the newest anchor groups, the
+    /// gate judges it on them ([`crate::refit::decide`]), the calibration
+    /// restarts on an accepted model's scores, and the track installs or
+    /// drops it. Written once for both tracks.
+    fn refit_if_due(&mut self, done: usize) -> Result<(), T::Error> {
+        let cfg = self.core.config().refit.clone();
+        if !cfg.due(done) || !self.core.arm().uses_world_model() {
+            return Ok(());
+        }
+        let held = self.core.refit_holdout().to_vec();
+        let Some(candidate) = self.track.refit_candidate(done, &held, &mut self.ledger)? else {
+            return Ok(());
+        };
+        let decision = crate::refit::decide(&cfg, done, &held, &candidate)?;
+        self.core.refitted(&decision, &candidate)?;
+        self.track.refit_done(&decision, &mut self.ledger)
     }
 
     /// Train to `schedule.steps` from wherever the run is, evaluating and
@@ -204,6 +251,9 @@ mod tests {
         calls: Vec<String>,
         evals: Vec<usize>,
         checkpoints: std::cell::RefCell<Vec<usize>>,
+        /// Candidate scores of a held-out (1, 0) group; `None`: no refit.
+        candidate: Option<[f64; 2]>,
+        refits: Vec<(usize, bool)>,
     }
 
     struct ToyScorers<'a> {
@@ -262,6 +312,25 @@ mod tests {
             self.calls.push(format!("update {step}"));
             Ok(outcome.advantages.iter().flatten().flatten().sum())
         }
+        fn refit_candidate(
+            &mut self,
+            step: usize,
+            held_out: &[crate::refit::AnchorGroup],
+            _: &mut Ledger,
+        ) -> Result<Option<Vec<Vec<f64>>>, CoreError> {
+            self.calls.push(format!("refit {step}"));
+            Ok(self
+                .candidate
+                .map(|c| held_out.iter().map(|_| c.to_vec()).collect()))
+        }
+        fn refit_done(
+            &mut self,
+            d: &crate::refit::RefitDecision,
+            _: &mut Ledger,
+        ) -> Result<(), CoreError> {
+            self.refits.push((d.step, d.accepted));
+            Ok(())
+        }
         fn evaluate(run: &mut Run<Self>) -> Result<(), CoreError> {
             let s = run.step;
             run.track.evals.push(s);
@@ -278,7 +347,57 @@ mod tests {
             calls: Vec::new(),
             evals: Vec::new(),
             checkpoints: Default::default(),
+            candidate: None,
+            refits: Vec::new(),
         }
+    }
+
+    #[test]
+    fn refits_run_on_schedule_through_the_gate_and_restart_calibration() {
+        let mut cfg = CoreConfig::default();
+        cfg.refit.every = 2;
+        cfg.refit.holdout_groups = 3;
+        cfg.refit.min_pairs = 2;
+        cfg.calibration.min_pairs = 2;
+        cfg.calibration.refit_every = 2;
+        // The toy world model ranks (1, 0) groups right (0.6 > 0.4): a
+        // candidate that reverses them is refused, one that agrees passes.
+        let core = CorrectionLoop::new(cfg.clone(), Arm::Wmrl, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        run.track.candidate = Some([0.1, 0.9]);
+        for _ in 0..4 {
+            run.train_step().expect("ok");
+        }
+        assert_eq!(run.track.refits, [(2, false), (4, false)]);
+        assert!(run.track.calls.contains(&"refit 2".to_string()));
+        assert!(!run.track.calls.contains(&"refit 3".to_string()));
+        let pairs_before = run.core.calibrator().n_pairs();
+        let core = CorrectionLoop::new(cfg, Arm::Wmrl, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        run.track.candidate = Some([0.95, 0.05]);
+        for _ in 0..2 {
+            run.train_step().expect("ok");
+        }
+        assert_eq!(run.track.refits, [(2, true)]);
+        // The calibration restarted from the held-out groups only, scored
+        // by the new model.
+        let pairs: Vec<(f64, f64)> = run.core.calibrator().pairs().collect();
+        assert!(
+            !pairs.is_empty() && pairs.len() <= 6 && pairs.len().is_multiple_of(2),
+            "at most 3 held-out groups of 2: {pairs:?}"
+        );
+        assert!(
+            pairs.iter().all(|p| p.0 == 0.95 || p.0 == 0.05),
+            "{pairs:?}"
+        );
+        assert!(pairs_before > pairs.len());
+        // The paper's arms never refit.
+        let core = CorrectionLoop::new(CoreConfig::default(), Arm::Wmrl, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        run.track.candidate = Some([0.95, 0.05]);
+        run.train_step().expect("ok");
+        run.train_step().expect("ok");
+        assert!(run.track.refits.is_empty());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use wmrl_autoresearch::collect::{
 };
 use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
+use wmrl_autoresearch::lock::WorkRoot;
 use wmrl_autoresearch::onnx_predictor::{OnnxPredictor, max_abs_diff};
 use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig};
 use wmrl_autoresearch::rewards::{RewardConfig, RewardService};
@@ -29,19 +30,54 @@ pub struct Common {
     #[arg(long, global = true)]
     pub suite: Option<PathBuf>,
     /// Replay cache of executed solutions (deterministic solutions; the
-    /// replayed run's CPU seconds are charged again).
-    #[arg(
-        long,
-        global = true,
-        default_value = "runs/autoresearch/exec_cache.jsonl"
-    )]
-    pub cache: PathBuf,
+    /// replayed run's CPU seconds are charged again) [default:
+    /// runs/autoresearch/exec_cache.jsonl; `run` replays only from a cache
+    /// given here]
+    #[arg(long, global = true)]
+    pub cache: Option<PathBuf>,
     /// Execute every solution even if it ran before.
     #[arg(long, global = true)]
     pub no_cache: bool,
     /// Sandbox wall-clock limit per solution.
     #[arg(long, global = true, default_value_t = 30.0)]
     pub wall_secs: f64,
+    /// Where the sandbox's working directories go: a folder of this
+    /// process's own under this one, removed when it ends; what killed
+    /// processes left there is removed when the next one starts [default:
+    /// $TMPDIR/wmrl-work-<uid>]. The sandbox's unprivileged uids must be
+    /// able to traverse it.
+    #[arg(long, global = true)]
+    pub work_root: Option<PathBuf>,
+}
+
+/// The replay cache used unless `--no-cache`.
+const DEFAULT_CACHE: &str = "runs/autoresearch/exec_cache.jsonl";
+
+impl Common {
+    fn cache_path(&self) -> Option<PathBuf> {
+        (!self.no_cache).then(|| {
+            self.cache
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE))
+        })
+    }
+
+    /// This process's work root for sandbox runs, after removing what
+    /// killed wmrl processes left under the same base.
+    fn work_root(&self, label: &str) -> anyhow::Result<WorkRoot> {
+        let base = self
+            .work_root
+            .clone()
+            .unwrap_or_else(WorkRoot::default_base);
+        let (root, removed) = WorkRoot::claim(&base, label)?;
+        if removed > 0 {
+            tracing::info!(
+                "removed {removed} sandbox work root(s) left under {} by killed wmrl processes",
+                base.display()
+            );
+        }
+        Ok(root)
+    }
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -114,16 +150,17 @@ pub enum Sub {
         /// real (execute every group), wm (world model only) or wmrl.
         #[arg(long, default_value = "wmrl")]
         arm: String,
-        /// Fraction of groups executed in the sandbox (wmrl).
-        #[arg(long, default_value_t = 0.25)]
-        anchor_fraction: f64,
+        /// Fraction of all groups executed in the sandbox (wmrl), in (0, 1],
+        /// kept over the stream of requests.
+        #[arg(long, default_value = "0.25")]
+        anchor_fraction: wmrl_core::AnchorFraction,
         /// Code predictor ONNX file (`fit-predictor --code`); wm and wmrl.
         #[arg(long, default_value = "runs/autoresearch/code_predictor.onnx")]
         predictor: PathBuf,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// The loop's state, loaded on start if present and written after
-        /// every request.
+        /// every request; locked (`<state>.lock`) while the service runs.
         #[arg(long, default_value = "runs/autoresearch/rewards_state.json")]
         state: PathBuf,
         /// Stop after this many answered requests (0: serve until killed).
@@ -182,9 +219,12 @@ fn suite(c: &Common) -> anyhow::Result<Suite> {
     Suite::load(&dir).with_context(|| format!("loading suite {}", dir.display()))
 }
 
-fn executor(c: &Common) -> anyhow::Result<Executor> {
+/// The sandbox and grader, running in `work` (the caller keeps it alive
+/// while the executor runs).
+fn executor(c: &Common, work: &WorkRoot) -> anyhow::Result<Executor> {
     let sb = Sandbox::new(SandboxConfig {
         wall_secs: c.wall_secs,
+        work_root: Some(work.path().to_path_buf()),
         ..Default::default()
     })?;
     tracing::info!("sandbox backend: {:?}", sb.backend());
@@ -192,10 +232,9 @@ fn executor(c: &Common) -> anyhow::Result<Executor> {
     // fails and the run would measure nothing.
     sb.check_python(&["numpy", "pandas", "sklearn"])?;
     let ex = Executor::new(sb, Ladder::default());
-    Ok(if c.no_cache {
-        ex
-    } else {
-        ex.with_cache(&c.cache)?
+    Ok(match c.cache_path() {
+        None => ex,
+        Some(p) => ex.with_cache(&p)?,
     })
 }
 
@@ -265,10 +304,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .by_name(&competition)
                 .with_context(|| format!("no competition {competition}"))?;
             let code = std::fs::read_to_string(&solution)?;
-            let o = executor(&Common {
-                no_cache: true,
-                ..common
-            })?
+            // One solution is run afresh unless a cache is named; the cache
+            // is keyed by competition and code, not by the path views.
+            let cached = common.cache.is_some() && !common.no_cache;
+            if cached && views != wmrl_autoresearch::PathViews::default() {
+                bail!(
+                    "--cache replays by competition and code only, so it cannot be combined with --data-path or --output-path"
+                );
+            }
+            let work = common.work_root("run")?;
+            let o = executor(
+                &Common {
+                    no_cache: !cached,
+                    ..common
+                },
+                &work,
+            )?
             .execute_with(comp, &code, &views)?;
             println!("{}", serde_json::to_string_pretty(&o)?);
         }
@@ -280,7 +331,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             common,
         } => {
             let s = suite(&common)?;
-            let data = collect(&s, &executor(&common)?, split(&sp)?, per_competition, seed)?;
+            let work = common.work_root("collect")?;
+            let ex = executor(&common, &work)?;
+            let data = collect(&s, &ex, split(&sp)?, per_competition, seed)?;
             write_examples(&out, &data)?;
             let cpu: f64 = data.iter().map(|e| e.cpu_secs).sum();
             println!(
@@ -365,12 +418,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 )?)
             };
             let run = wmrl_autoresearch::RunDir::in_bench(&out, arm.name(), seed);
+            let work = common.work_root("train")?;
             let r = train(
                 &cfg,
                 arm,
                 seed,
                 &s,
-                &executor(&common)?,
+                &executor(&common, &work)?,
                 pred.as_ref(),
                 Some(&run),
             )?;
@@ -426,15 +480,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(dir) = state.parent().filter(|d| !d.as_os_str().is_empty()) {
                 mkdir(dir)?;
             }
-            let cfg = RewardConfig {
-                arm,
-                anchor_fraction,
-                seed,
-                core: wmrl_autoresearch::train::small_scale_core(),
-            };
-            let service =
-                RewardService::new(suite(&common)?, executor(&common)?, pred, cfg, Some(&state))?;
-            crate::cmd::rewards_http::serve(service, &bind, max_requests)?;
+            let mut core = wmrl_autoresearch::train::small_scale_core();
+            core.anchors.fraction = anchor_fraction;
+            let cfg = RewardConfig { arm, seed, core };
+            let work = common.work_root("serve-rewards")?;
+            let ex = executor(&common, &work)?;
+            let service = RewardService::new(suite(&common)?, ex, pred, cfg, Some(&state))?;
+            let listener = crate::cmd::rewards_http::bind(&bind)?;
+            println!("listening on http://{}", listener.local_addr()?);
+            crate::cmd::rewards_http::serve(service, listener, max_requests)?;
         }
     }
     Ok(())
@@ -462,11 +516,66 @@ fn bench(
     }
     cfg.train.refit_predictor_every = refit_predictor_every;
     let s = suite(common)?;
-    let res = run_bench(&cfg, &s, &executor(common)?, out)?;
+    let work = common.work_root("bench")?;
+    let res = run_bench(&cfg, &s, &executor(common, &work)?, out)?;
     print!("{}", res.table());
     println!(
         "wrote {}/bench.json and score_vs_sandbox_cpu.png",
         out.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        sub: Sub,
+    }
+
+    #[test]
+    fn an_anchor_fraction_outside_0_1_is_refused_at_the_command_line() {
+        for bad in ["0", "-0.5", "1.5", "nan"] {
+            let arg = format!("--anchor-fraction={bad}");
+            let err = Cli::try_parse_from(["wmrl", "serve-rewards", &arg])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("(0, 1]"), "{bad}: {err}");
+        }
+        let cli = Cli::try_parse_from(["wmrl", "serve-rewards", "--anchor-fraction", "1"]).unwrap();
+        let Sub::ServeRewards {
+            anchor_fraction, ..
+        } = cli.sub
+        else {
+            panic!("parsed another subcommand");
+        };
+        assert!(anchor_fraction.is_all());
+    }
+
+    #[test]
+    fn run_replays_only_from_a_cache_it_is_given() {
+        let common = |args: &[&str]| {
+            let mut v = vec!["wmrl", "run", "--competition", "iris", "--solution", "s.py"];
+            v.extend_from_slice(args);
+            match Cli::try_parse_from(v).unwrap().sub {
+                Sub::Run { common, .. } => common,
+                _ => panic!("parsed another subcommand"),
+            }
+        };
+        assert!(common(&[]).cache.is_none());
+        let c = common(&["--cache", "c.jsonl"]);
+        assert_eq!(c.cache_path(), Some(PathBuf::from("c.jsonl")));
+        assert_eq!(
+            common(&["--cache", "c.jsonl", "--no-cache"]).cache_path(),
+            None
+        );
+        // Other subcommands use the default cache when none is named.
+        assert_eq!(common(&[]).cache_path(), Some(PathBuf::from(DEFAULT_CACHE)));
+    }
 }

@@ -2,8 +2,12 @@
 # The real LIBERO simulator from the CLI, with workers wmrl starts and
 # supervises itself (env.backend = "libero"): a one-step GRPO run
 # (configs/libero_ci.toml: two workers, 2 groups x 2 rollouts of 30 steps,
-# world-model scoring of the real frames) and a two-episode `wmrl eval
-# --backend libero`. Needs envs/libero/.venv (scripts/setup.d/30-libero.sh).
+# world-model scoring of the real frames, a two-episode evaluation) and a
+# two-episode `wmrl eval --backend libero`; then the same two with a worker
+# killed (SIGKILL) while busy: both complete, the worker is started again,
+# every episode counts once and the evaluation's results are unchanged
+# (crates/wmrl-cli/tests/worker_faults.rs). Needs envs/libero/.venv
+# (scripts/setup.d/30-libero.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export MUJOCO_GL="${MUJOCO_GL:-egl}"
@@ -12,15 +16,17 @@ bin=target/debug/wmrl
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 "$bin" train --quiet --config configs/libero_ci.toml --out "$out/train"
-python3 - "$out/train/metrics.jsonl" <<'PY'
+python3 - "$out/train/metrics.jsonl" "$out/train/eval.jsonl" <<'PY'
 import json, sys
 m = [json.loads(l) for l in open(sys.argv[1])]
 assert len(m) == 1, m
 l = m[0]["ledger"]
 assert m[0]["labels_used"] == 2 and l["wm_rollouts"] >= 2 and l["sim_steps"] > 0, m[0]
 assert m[0]["wm_score_mean"] is not None
+e = [json.loads(l) for l in open(sys.argv[2])]
+assert e[-1]["episodes"] == 2, e
 print(f"libero train: 1 step, {l['sim_steps']} real LIBERO steps, {l['wm_rollouts']} world-model scores, "
-      f"{m[0]['labels_used']} labels")
+      f"{m[0]['labels_used']} labels, a {e[-1]['episodes']}-episode evaluation")
 PY
 "$bin" eval --policy models/policy-tiny --backend libero --libero-workers 2 --num-envs 2 \
   --tasks 0 --init-states 0-1 --max-steps 30 --gifs 0 --out "$out/eval"
@@ -31,3 +37,4 @@ eps=r['episodes']
 assert len(eps)==2 and all(e['steps']==30 or e['success'] for e in eps), eps
 print('libero eval: 2 episodes,', sum(e['steps'] for e in eps), 'steps')
 "
+cargo test -p wmrl-cli --test worker_faults -- --ignored --nocapture

@@ -12,6 +12,9 @@
 //!   reconnected, and workers that stay down are reported
 //!   ([`BridgePool::workers`], [`BridgePool::events`]); the episode ledger
 //!   ([`BridgePool::accounting`]) shows nothing lost or counted twice.
+//! - [`SupervisedPool`]: a pool over worker processes it starts itself and
+//!   starts again when one dies, even while a call waits for it, so a pool
+//!   without a spare slot recovers too.
 //! - [`testenv`]: a deterministic environment for tests and benchmarks.
 //!
 //! This crate must never know which simulator it carries.

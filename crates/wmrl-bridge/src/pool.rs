@@ -9,9 +9,12 @@
 //! blocking and take slots again once they answer; a worker down longer than
 //! `give_up_after_ms` is reported as gone and never retried.
 //!
-//! Recovery needs free capacity: to survive the loss of a worker, give the
-//! pool fewer slots (`num_envs`) than the workers hold together, or restart
-//! the worker (the pool waits up to `give_up_after_ms` for it).
+//! A call that lost episodes and finds no free slot waits (up to
+//! `give_up_after_ms`) for a down worker to answer again. Workers the pool
+//! started itself ([`crate::SupervisedPool`]) are started again while it
+//! waits, so any layout recovers; workers started by someone else must be
+//! restarted by them, or the pool needs spare slots (`num_envs` below what
+//! the workers hold together).
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,7 @@ use wmrl_env::{
 use crate::accounting::{EpisodeAccounting, PoolEvent, WorkerState, WorkerStatus};
 use crate::error::{BridgeError, Result};
 use crate::protocol::{Op, WireAction, decode_results, wire_reset};
+use crate::supervise::Processes;
 use crate::worker::{Health, Outcome, Worker, exchange, handshake_all, same_spec};
 
 /// Pool settings. Defaults suit the real LIBERO server (a step of 8
@@ -82,6 +86,8 @@ pub struct BridgePool {
     restarts: Vec<SlotRestart>,
     next_episode: u64,
     started: Instant,
+    /// The worker processes, when the pool started them itself.
+    processes: Option<Processes>,
 }
 
 impl std::fmt::Debug for BridgePool {
@@ -150,6 +156,7 @@ impl BridgePool {
             restarts: Vec::new(),
             next_episode: 0,
             started: Instant::now(),
+            processes: None,
         };
         for slot in 0..num_envs {
             pool.place_now(slot);
@@ -196,8 +203,43 @@ impl BridgePool {
             .collect()
     }
 
-    /// Probe down workers (without blocking) and give up on those down too long.
+    /// Look after the worker processes from now on: [`Self::maintain`]
+    /// starts again those that exited (in worker order, as connected).
+    pub(crate) fn supervise(&mut self, processes: Processes) {
+        self.processes = Some(processes);
+    }
+
+    pub(crate) fn processes(&self) -> Option<&Processes> {
+        self.processes.as_ref()
+    }
+
+    /// Start again the supervised worker processes that exited: each is
+    /// down until it answers a probe (its episodes restart then); one that
+    /// cannot be started is given up at once.
+    fn revive(&mut self) {
+        let Some(processes) = self.processes.as_mut() else {
+            return;
+        };
+        for (i, outcome) in processes.revive() {
+            match outcome {
+                Ok(reason) => {
+                    self.worker_down(i, &reason);
+                    // It printed its endpoint: it serves now.
+                    self.workers[i].start_probe(&self.context);
+                }
+                Err(reason) => {
+                    self.worker_down(i, &reason);
+                    self.give_up(i, reason);
+                }
+            }
+        }
+    }
+
+    /// Start again supervised workers that exited (blocking until they
+    /// serve), probe down workers (without blocking) and give up on those
+    /// down too long.
     pub fn maintain(&mut self) {
+        self.revive();
         let connect_timeout = Duration::from_millis(self.config.connect_timeout_ms);
         let interval = Duration::from_millis(self.config.reconnect_interval_ms);
         let give_up = Duration::from_millis(self.config.give_up_after_ms);
@@ -331,12 +373,14 @@ impl BridgePool {
                 let gone: Vec<String> = self
                     .workers
                     .iter()
-                    .filter(|w| !w.is_up())
-                    .map(|w| w.endpoint.clone())
+                    .filter_map(|w| match &w.health {
+                        Health::Gone { reason } => Some(format!("{} ({reason})", w.endpoint)),
+                        _ => None,
+                    })
                     .collect();
                 return Err(EnvError::NoWorkers(format!(
                     "no free slot on a live worker; gone: {}",
-                    gone.join(", ")
+                    gone.join("; ")
                 )));
             }
             std::thread::sleep(Duration::from_millis(10));

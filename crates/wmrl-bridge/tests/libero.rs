@@ -1,5 +1,6 @@
-//! The real LIBERO server (envs/libero/server.py) through the pool. Needs the
-//! venv from scripts/setup.d/30-libero.sh; run by scripts/checks.d/30-libero.sh:
+//! The real LIBERO server (envs/libero/server.py) through the pool, and
+//! supervised LIBERO workers killed mid-step. Needs the venv from
+//! scripts/setup.d/30-libero.sh; run by scripts/checks.d/30-libero.sh:
 //! `cargo test -p wmrl-bridge --test libero -- --ignored`.
 #![allow(clippy::unwrap_used)]
 
@@ -9,21 +10,26 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use wmrl_bridge::{BridgePool, PoolConfig, PoolEvent, WorkerState};
+use wmrl_bridge::{BridgePool, PoolConfig, PoolEvent, SupervisedPool, WorkerCommand, WorkerState};
 use wmrl_env::{EnvError, Frame, ResetRequest, VecEnv};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn spawn_libero() -> common::Proc {
-    let root = repo();
-    let python = root.join("envs/libero/.venv/bin/python");
+fn venv_python() -> PathBuf {
+    let python = repo().join("envs/libero/.venv/bin/python");
     assert!(
         python.exists(),
         "run scripts/setup.d/30-libero.sh first ({} missing)",
         python.display()
     );
+    python
+}
+
+fn spawn_libero() -> common::Proc {
+    let root = repo();
+    let python = venv_python();
     let mut cmd = Command::new(python);
     cmd.arg(root.join("envs/libero/server.py")).args([
         "--bind",
@@ -207,4 +213,96 @@ fn real_libero_through_the_pool() {
     assert_eq!((acc.requested, acc.lost), (1, 1));
     assert!(acc.is_balanced());
     let _ = Duration::ZERO;
+}
+
+#[test]
+#[ignore = "needs the LIBERO venv (scripts/setup.d/30-libero.sh); run by scripts/checks.d/30-libero.sh"]
+fn a_killed_libero_worker_is_restarted_while_the_step_waits() {
+    // configs/libero_ci.toml's layout: two workers of one environment, both
+    // slots in use, so the victim's episode has nowhere else to go.
+    let cmd = WorkerCommand {
+        program: venv_python(),
+        args: [
+            repo().join("envs/libero/server.py").display().to_string(),
+            "--envs".into(),
+            "1".into(),
+            "--suite".into(),
+            "libero_10".into(),
+            "--image".into(),
+            "128".into(),
+        ]
+        .to_vec(),
+        env: vec![(
+            "MUJOCO_GL".into(),
+            std::env::var("MUJOCO_GL").unwrap_or_else(|_| "egl".into()),
+        )],
+        ready_timeout: Duration::from_secs(180),
+    };
+    let config = PoolConfig {
+        num_envs: Some(2),
+        request_timeout_ms: 120_000,
+        connect_timeout_ms: 30_000,
+        reconnect_interval_ms: 200,
+        give_up_after_ms: 300_000,
+    };
+    let mut env = SupervisedPool::spawn(cmd, 2, config).unwrap();
+    let victim_slot = env.pool().workers()[0].bound_slots;
+    assert_eq!(victim_slot, 1, "one slot on each worker");
+    let requests = [(0, 0), (1, 1)].map(|(slot, task)| {
+        (
+            slot,
+            ResetRequest {
+                task,
+                init_state: 0,
+                seed: 0,
+            },
+        )
+    });
+    env.reset(&requests).unwrap();
+    let act = |env: &mut SupervisedPool| {
+        env.step(&[
+            (0, vec![0.0, 0.0, -0.2, 0.0, 0.0, 0.0, -1.0]),
+            (1, vec![0.0; 7]),
+        ])
+        .unwrap()
+    };
+    for _ in 0..3 {
+        act(&mut env);
+    }
+    assert!(env.take_restarts().is_empty());
+    let pid = env.worker_pids()[0];
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    });
+    let t0 = Instant::now();
+    let results = act(&mut env);
+    killer.join().unwrap();
+    println!(
+        "step with a killed LIBERO worker returned after {:.1} s (worker started again)",
+        t0.elapsed().as_secs_f64()
+    );
+    let restarts = env.take_restarts();
+    assert_eq!(env.worker_restarts(), 1, "the killed worker started again");
+    assert_eq!(restarts.len(), 1, "{restarts:?}");
+    let lost = restarts[0].slot;
+    assert_eq!(
+        results[lost].obs.proprio.len(),
+        env.spec().proprio_dim,
+        "the restart's first observation"
+    );
+    // Both episodes go on: the restarted one from its reset.
+    for _ in 0..3 {
+        let r = act(&mut env);
+        assert!(r.iter().all(|r| !r.done && !r.truncated));
+    }
+    assert!(env.take_restarts().is_empty());
+    assert!(matches!(env.pool().workers()[0].state, WorkerState::Up));
+    let acc = env.pool().accounting();
+    assert_eq!(
+        (acc.requested, acc.in_flight, acc.lost, acc.restarts),
+        (2, 2, 0, 1),
+        "{acc:?}"
+    );
+    assert!(acc.is_balanced(), "{acc:?}");
 }

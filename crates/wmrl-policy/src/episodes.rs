@@ -14,13 +14,21 @@
 //! [`Schedule::Waves`] (training) a wave is one slot-sized batch of
 //! episodes, reset together and run until all have ended; with
 //! [`Schedule::Refill`] (evaluation) a slot is refilled as soon as its
-//! episode ends and the whole run is one wave.
+//! episode ends and the whole run is one wave. Row `r` of a call draws
+//! from stream `r` of the call's seed ([`Policy::sample_streams`]).
+//!
+//! A refill run can continue one that stopped early
+//! ([`run_episodes_after`]): the episodes that had ended are not run again
+//! but hold their slots for the policy calls they held ([`Placement`]), so
+//! the episodes still to run get the same slots, call seeds and rows, and
+//! the same samples, as in a run that never stopped.
 
-use std::time::Instant;
+use wmrl_env::clock::Stopwatch;
 
+use serde::{Deserialize, Serialize};
 use wmrl_env::{Observation, ResetRequest, StepResult, VecEnv};
 
-use crate::{ACTION_DIM, Policy, PolicyInput, Result, Sample};
+use crate::{ACTION_DIM, Policy, PolicyError, PolicyInput, Result, Sample};
 
 /// When free slots get the next episodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +93,25 @@ pub struct RunStats {
     pub restarts: u64,
     pub policy_seconds: f64,
     pub env_seconds: f64,
+    /// Process CPU seconds of the same phases ([`wmrl_env::clock`]).
+    pub policy_cpu_seconds: f64,
+    pub env_cpu_seconds: f64,
+}
+
+/// Where an episode ran in the schedule: what a continued run needs to let
+/// it hold its slot without running it ([`run_episodes_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Placement {
+    pub slot: usize,
+    /// The run's policy-call count when the episode started (its first
+    /// call's number).
+    pub first_call: u64,
+    /// Policy calls the episode was in, those voided by a restart included.
+    pub calls: u64,
+    /// Environment steps of the episode, restarts' voided ones included.
+    pub env_steps: u64,
+    /// Times its worker died and it started over.
+    pub restarts: u64,
 }
 
 /// What a caller keeps of its episodes. `ep` is the episode's index in the
@@ -129,6 +156,10 @@ pub trait EpisodeObserver {
     fn restarted(&mut self, ep: usize, obs: &Observation) {
         let _ = (ep, obs);
     }
+    /// Where episode `ep` ran; told just before [`Self::ended`].
+    fn placed(&mut self, ep: usize, placement: &Placement) {
+        let _ = (ep, placement);
+    }
     /// Episode `ep` ended with `last` (success, limit or cap) after `steps`.
     fn ended(&mut self, ep: usize, last: &StepResult, steps: usize) -> Result<()>;
 }
@@ -138,6 +169,24 @@ struct Slot {
     obs: Observation,
     prev_frame: Option<wmrl_env::Frame>,
     steps: usize,
+    first_call: u64,
+    calls: u64,
+    env_steps: u64,
+    restarts: u64,
+    /// An episode of the earlier run: the policy calls it still holds.
+    replay_calls_left: Option<u64>,
+}
+
+impl Slot {
+    fn placement(&self, slot: usize) -> Placement {
+        Placement {
+            slot,
+            first_call: self.first_call,
+            calls: self.calls,
+            env_steps: self.env_steps,
+            restarts: self.restarts,
+        }
+    }
 }
 
 /// Run the episodes of `requests` (one reset each, in order) with `policy`
@@ -150,6 +199,30 @@ pub fn run_episodes(
     opts: &RunOptions,
     observer: &mut dyn EpisodeObserver,
 ) -> Result<RunStats> {
+    run_episodes_after(policy, env, requests, &[], opts, observer)
+}
+
+/// [`run_episodes`] continuing a run that stopped early: `ended[ep]` is
+/// where episode `ep` ran in it, if it ended there. Those episodes are not
+/// run again and the observer hears nothing of them; each holds its
+/// recorded slot for its recorded policy calls, and their calls, rows,
+/// steps and restarts count in the stats as they did then. Needs
+/// [`Schedule::Refill`] and the environment's slot count of the earlier
+/// run: an episode the schedule would place elsewhere is an error.
+pub fn run_episodes_after(
+    policy: &Policy,
+    env: &mut dyn VecEnv,
+    requests: &[ResetRequest],
+    ended: &[Option<Placement>],
+    opts: &RunOptions,
+    observer: &mut dyn EpisodeObserver,
+) -> Result<RunStats> {
+    let replaying = ended.iter().any(Option::is_some);
+    if replaying && (opts.schedule != Schedule::Refill || opts.keep_features) {
+        return Err(PolicyError::Input(
+            "only a refill run without features can continue an earlier one".into(),
+        ));
+    }
     let spec = env.spec().clone();
     let chunk = policy.config().chunk;
     let exec = if opts.execute_steps == 0 {
@@ -176,34 +249,85 @@ pub fn run_episodes(
                 call = 0;
             }
             let mut reqs = Vec::new();
-            for (slot, s) in slots.iter().enumerate() {
-                if s.is_none() && next < requests.len() {
-                    reqs.push((slot, next));
-                    next += 1;
+            for (slot, held) in slots.iter_mut().enumerate() {
+                if held.is_some() || next >= requests.len() {
+                    continue;
+                }
+                match ended.get(next).copied().flatten() {
+                    Some(p) => {
+                        if (p.slot, p.first_call) != (slot, call) {
+                            return Err(PolicyError::Input(format!(
+                                "episode {next} ran in slot {} from policy call {} in the earlier run, \
+                                 this run would start it in slot {slot} at call {call}: \
+                                 not the same schedule (another slot count?)",
+                                p.slot, p.first_call
+                            )));
+                        }
+                        stats.env_steps += p.env_steps;
+                        stats.restarts += p.restarts;
+                        *held = Some(Slot {
+                            ep: next,
+                            obs: Observation {
+                                frames: Vec::new(),
+                                proprio: Vec::new(),
+                                progress: None,
+                            },
+                            prev_frame: None,
+                            steps: 0,
+                            first_call: call,
+                            calls: 0,
+                            env_steps: 0,
+                            restarts: 0,
+                            replay_calls_left: Some(p.calls),
+                        });
+                    }
+                    None => reqs.push((slot, next)),
+                }
+                next += 1;
+            }
+            if !reqs.is_empty() {
+                let pairs: Vec<(usize, ResetRequest)> =
+                    reqs.iter().map(|&(s, ep)| (s, requests[ep])).collect();
+                let t = Stopwatch::start();
+                let obs = env.reset(&pairs)?;
+                let (wall, cpu) = t.elapsed();
+                stats.env_seconds += wall;
+                stats.env_cpu_seconds += cpu;
+                // Restarts reported during a reset are already behind its
+                // fresh observations (and stale ones must not void this chunk).
+                env.take_restarts();
+                for ((slot, ep), o) in reqs.into_iter().zip(obs) {
+                    observer.started(ep, &o);
+                    slots[slot] = Some(Slot {
+                        ep,
+                        obs: o,
+                        prev_frame: None,
+                        steps: 0,
+                        first_call: call,
+                        calls: 0,
+                        env_steps: 0,
+                        restarts: 0,
+                        replay_calls_left: None,
+                    });
                 }
             }
-            let pairs: Vec<(usize, ResetRequest)> =
-                reqs.iter().map(|&(s, ep)| (s, requests[ep])).collect();
-            let t = Instant::now();
-            let obs = env.reset(&pairs)?;
-            stats.env_seconds += t.elapsed().as_secs_f64();
-            // Restarts reported during a reset are already behind its fresh
-            // observations (and stale ones must not void this chunk).
-            env.take_restarts();
-            for ((slot, ep), o) in reqs.into_iter().zip(obs) {
-                observer.started(ep, &o);
-                slots[slot] = Some(Slot {
-                    ep,
-                    obs: o,
-                    prev_frame: None,
-                    steps: 0,
-                });
-            }
         }
-        let active: Vec<usize> = (0..n_slots).filter(|&i| slots[i].is_some()).collect();
-        if active.is_empty() {
+        let occupied: Vec<usize> = (0..n_slots).filter(|&i| slots[i].is_some()).collect();
+        if occupied.is_empty() {
             break;
         }
+        // Rows in slot order; replayed episodes keep their row (its stream)
+        // but are not sampled.
+        let (active, streams): (Vec<usize>, Vec<u64>) = occupied
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                slots[**s]
+                    .as_ref()
+                    .is_some_and(|r| r.replay_calls_left.is_none())
+            })
+            .map(|(row, &s)| (s, row as u64))
+            .unzip();
         let inputs: Vec<PolicyInput> = active
             .iter()
             .filter_map(|&i| slots[i].as_ref())
@@ -221,19 +345,38 @@ pub fn run_episodes(
             .seed
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
             .wrapping_add((wave << 32) | call);
-        let t = Instant::now();
-        let (samples, mut features) = if opts.keep_features {
+        let t = Stopwatch::start();
+        let (samples, mut features) = if inputs.is_empty() {
+            (Vec::new(), Vec::new())
+        } else if opts.keep_features {
             policy.sample_with_features(&inputs, opts.temperature, call_seed)?
         } else {
             (
-                policy.sample(&inputs, opts.temperature, call_seed)?,
+                policy.sample_streams(&inputs, opts.temperature, call_seed, &streams)?,
                 Vec::new(),
             )
         };
-        stats.policy_seconds += t.elapsed().as_secs_f64();
+        let (wall, cpu) = t.elapsed();
+        stats.policy_seconds += wall;
+        stats.policy_cpu_seconds += cpu;
         stats.policy_batches += 1;
-        stats.policy_rows += active.len() as u64;
+        stats.policy_rows += occupied.len() as u64;
         call += 1;
+        let mut replayed = Vec::new();
+        for &s in &occupied {
+            if let Some(r) = slots[s].as_mut() {
+                r.calls += 1;
+                if let Some(left) = r.replay_calls_left.as_mut() {
+                    *left = left.saturating_sub(1);
+                    if *left == 0 {
+                        replayed.push(s);
+                    }
+                }
+            }
+        }
+        for s in replayed {
+            slots[s] = None;
+        }
         for (k, (&slot, input)) in active.iter().zip(inputs).enumerate() {
             if let Some(r) = slots[slot].as_mut() {
                 r.prev_frame = input.frames.first().cloned();
@@ -264,18 +407,22 @@ pub fn run_episodes(
                         .is_some_and(|r| r.steps + 1 >= opts.max_steps)
                 });
             let observe = j + 1 == exec || opts.observe_every_step || at_cap;
-            let t = Instant::now();
+            let t = Stopwatch::start();
             let out = env.step_observing(&acts, observe)?;
-            stats.env_seconds += t.elapsed().as_secs_f64();
+            let (wall, cpu) = t.elapsed();
+            stats.env_seconds += wall;
+            stats.env_cpu_seconds += cpu;
             stats.env_steps += out.len() as u64;
             let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();
             let mut still = Vec::with_capacity(live.len());
             for ((s, k, done), res) in live.into_iter().zip(out) {
                 let Some(r) = slots[s].as_mut() else { continue };
+                r.env_steps += 1;
                 if restarted.contains(&s) {
                     // The worker died: the episode starts over from its
                     // reset; what was collected of it is void.
                     stats.restarts += 1;
+                    r.restarts += 1;
                     r.steps = 0;
                     r.prev_frame = None;
                     r.obs = res.obs;
@@ -287,6 +434,7 @@ pub fn run_episodes(
                 let capped = opts.max_steps > 0 && r.steps >= opts.max_steps;
                 let ended = res.done || res.truncated || capped;
                 if ended {
+                    observer.placed(r.ep, &r.placement(s));
                     observer.ended(r.ep, &res, r.steps)?;
                 }
                 r.obs = res.obs;

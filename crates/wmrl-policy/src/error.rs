@@ -27,6 +27,24 @@ pub enum PolicyError {
     NoData(String),
     #[error("training diverged: {0}")]
     NonFinite(String),
+    /// An evaluation record that already holds episodes, met without
+    /// [`crate::EvalConfig::resume`]: they are never dropped silently.
+    #[error(
+        "{path} already records {episodes} finished episodes of an evaluation: resume it, or remove the file"
+    )]
+    RecordExists { path: String, episodes: usize },
+    /// An evaluation that stopped before its end, with what it finished.
+    #[error(
+        "evaluation stopped after {finished} of {total} episodes ({successes} successes; {kept}): {cause}"
+    )]
+    EvalStopped {
+        finished: usize,
+        total: usize,
+        successes: usize,
+        /// Where the finished episodes are kept, or that they are not.
+        kept: String,
+        cause: Box<PolicyError>,
+    },
 }
 
 impl From<wmrl_grpo::GrpoError> for PolicyError {

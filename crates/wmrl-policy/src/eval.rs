@@ -3,6 +3,9 @@
 //! runs as one episode, all slots stepped in lock-step, the policy called
 //! once per chunk for all running slots. Reports per-task success with 95%
 //! Wilson intervals and the overall rate, and writes a few agent-view GIFs.
+//! With [`EvalConfig::record`] each finished episode is recorded as it ends
+//! and an interrupted evaluation can be resumed to the same report
+//! ([`crate::eval_record`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -11,8 +14,9 @@ use serde::{Deserialize, Serialize};
 use wmrl_env::{Episode, EpisodeStep, Frame, Observation, ResetRequest, VecEnv};
 
 use crate::checkpoint::write_json;
-use crate::episodes::{EpisodeObserver, RunOptions, run_episodes};
+use crate::episodes::{EpisodeObserver, Placement, RunOptions, run_episodes_after};
 use crate::error::io_err;
+use crate::eval_record::{Record, RecordSettings, RecordedEpisode};
 use crate::{Policy, PolicyError, Result};
 
 /// Evaluation settings.
@@ -50,6 +54,18 @@ pub struct EvalConfig {
     pub episode_dir: Option<PathBuf>,
     /// With `episode_dir`: write only the successful episodes.
     pub episode_successes_only: bool,
+    /// Record every finished episode in this JSON-lines file as it ends
+    /// ([`crate::eval_record`]); none when unset. A record that already
+    /// holds episodes is an error unless `resume` is set.
+    pub record: Option<PathBuf>,
+    /// With `record`: continue the evaluation it records (the same
+    /// settings, policy and slot count, else an error); its episodes are
+    /// not run again and the report equals an uninterrupted evaluation's
+    /// (all but `wall_secs`). A missing record starts afresh.
+    pub resume: bool,
+    /// Names the policy in the record (e.g. a digest of its weights): a
+    /// record of another policy is not resumed.
+    pub policy_id: String,
 }
 
 impl Default for EvalConfig {
@@ -67,6 +83,9 @@ impl Default for EvalConfig {
             gif_stride: 2,
             episode_dir: None,
             episode_successes_only: false,
+            record: None,
+            resume: false,
+            policy_id: String::new(),
         }
     }
 }
@@ -184,6 +203,8 @@ struct Keeper<'a> {
     running: Vec<Option<Running>>,
     results: Vec<Option<EpisodeResult>>,
     gifs: Vec<PathBuf>,
+    record: Option<Record>,
+    placements: Vec<Option<Placement>>,
 }
 
 impl Keeper<'_> {
@@ -204,6 +225,9 @@ impl EpisodeObserver for Keeper<'_> {
     }
     fn restarted(&mut self, ep: usize, obs: &Observation) {
         self.running[ep] = Some(self.fresh(ep, obs));
+    }
+    fn placed(&mut self, ep: usize, placement: &Placement) {
+        self.placements[ep] = Some(*placement);
     }
     fn stepped(
         &mut self,
@@ -237,16 +261,50 @@ impl EpisodeObserver for Keeper<'_> {
             seed,
         } = self.requests[ep];
         let final_progress = last.obs.progress;
-        self.results[ep] = Some(EpisodeResult {
+        let result = EpisodeResult {
             task,
             init_state,
             success: last.success,
             steps,
             final_progress,
-        });
-        let Some(r) = self.running[ep].take() else {
+        };
+        self.results[ep] = Some(result.clone());
+        let gif = self.running[ep]
+            .take()
+            .map(|r| self.keep(ep, r, last))
+            .transpose()?
+            .flatten();
+        if let Some(p) = self.progress {
+            p.inc(1);
+        }
+        let (Some(record), Some(placement)) = (self.record.as_mut(), self.placements[ep]) else {
             return Ok(());
         };
+        record.append(&RecordedEpisode {
+            index: ep,
+            seed,
+            result,
+            placement,
+            gif,
+        })
+    }
+}
+
+impl Keeper<'_> {
+    /// Write what is kept of a finished episode: its recording and its GIF
+    /// (returned).
+    fn keep(
+        &mut self,
+        ep: usize,
+        r: Running,
+        last: &wmrl_env::StepResult,
+    ) -> Result<Option<PathBuf>> {
+        let ResetRequest {
+            task,
+            init_state,
+            seed,
+        } = self.requests[ep];
+        let final_progress = last.obs.progress;
         if let (Some(steps), Some(dir)) = (r.record, &self.cfg.episode_dir)
             && (last.success || !self.cfg.episode_successes_only)
         {
@@ -268,12 +326,10 @@ impl EpisodeObserver for Keeper<'_> {
             let tag = if last.success { "success" } else { "fail" };
             let path = dir.join(format!("task{task:02}_init{init_state:03}_{tag}.gif"));
             write_gif(&path, &frames)?;
-            self.gifs.push(path);
+            self.gifs.push(path.clone());
+            return Ok(Some(path));
         }
-        if let Some(p) = self.progress {
-            p.inc(1);
-        }
-        Ok(())
+        Ok(None)
     }
 }
 
@@ -333,6 +389,31 @@ pub fn evaluate_with_progress(
             seed: cfg.seed.wrapping_add(i as u64),
         })
         .collect();
+    let (record, recorded) = match &cfg.record {
+        Some(path) => {
+            let settings = RecordSettings {
+                policy: cfg.policy_id.clone(),
+                suite: spec.suite.clone(),
+                num_envs: env.num_envs(),
+                tasks: tasks.clone(),
+                init_states: cfg.init_states.clone(),
+                repeats: cfg.repeats.max(1),
+                seed: cfg.seed,
+                temperature: cfg.temperature,
+                execute_steps: cfg.execute_steps,
+                max_steps: cfg.max_steps,
+            };
+            let (r, done) = Record::open(path, &settings, &requests, cfg.resume)?;
+            (Some(r), done)
+        }
+        None => (None, Vec::new()),
+    };
+    let mut results: Vec<Option<EpisodeResult>> = vec![None; requests.len()];
+    let mut ended: Vec<Option<Placement>> = vec![None; requests.len()];
+    for r in &recorded {
+        results[r.index] = Some(r.result.clone());
+        ended[r.index] = Some(r.placement);
+    }
     let mut keep = Keeper {
         cfg,
         spec: &spec,
@@ -340,8 +421,11 @@ pub fn evaluate_with_progress(
         progress,
         gif_eps,
         running: vec![None; queue.len()],
-        results: vec![None; queue.len()],
-        gifs: Vec::new(),
+        results,
+        // In the order they were written, as an uninterrupted run lists them.
+        gifs: recorded.iter().filter_map(|r| r.gif.clone()).collect(),
+        record,
+        placements: vec![None; queue.len()],
     };
     let opts = RunOptions {
         execute_steps: cfg.execute_steps,
@@ -352,7 +436,25 @@ pub fn evaluate_with_progress(
         observe_every_step: cfg.gif_dir.is_some() || cfg.episode_dir.is_some(),
         ..RunOptions::new(cfg.temperature, cfg.seed)
     };
-    let stats = run_episodes(policy, env, &requests, &opts, &mut keep)?;
+    if let Some(p) = progress {
+        p.inc(recorded.len() as u64);
+    }
+    let stats = match run_episodes_after(policy, env, &requests, &ended, &opts, &mut keep) {
+        Ok(s) => s,
+        Err(cause) => {
+            let done: Vec<&EpisodeResult> = keep.results.iter().flatten().collect();
+            return Err(PolicyError::EvalStopped {
+                finished: done.len(),
+                total: requests.len(),
+                successes: done.iter().filter(|e| e.success).count(),
+                kept: cfg.record.as_ref().map_or_else(
+                    || "not recorded".into(),
+                    |p| format!("recorded in {}", p.display()),
+                ),
+                cause: Box::new(cause),
+            });
+        }
+    };
     let (results, gifs) = (keep.results, keep.gifs);
     let episodes: Vec<EpisodeResult> = results.into_iter().flatten().collect();
     let per_task = tasks

@@ -23,6 +23,7 @@ mod config;
 pub mod episodes;
 mod error;
 mod eval;
+pub mod eval_record;
 mod grpo;
 mod input;
 mod model;

@@ -296,7 +296,32 @@ impl Policy {
         temperature: f32,
         seed: u64,
     ) -> Result<Vec<Sample>> {
-        Ok(self.sample_inner(inputs, temperature, seed, false)?.0)
+        Ok(self.sample_inner(inputs, temperature, seed, None, false)?.0)
+    }
+
+    /// [`Policy::sample`] with row `i` drawing from stream
+    /// `(seed, streams[i])` instead of `(seed, i)`: a batch that leaves out
+    /// some rows of a larger one (a resumed evaluation runs only the
+    /// episodes its record lacks) samples the rows it keeps as the larger
+    /// batch did.
+    pub fn sample_streams(
+        &self,
+        inputs: &[PolicyInput],
+        temperature: f32,
+        seed: u64,
+        streams: &[u64],
+    ) -> Result<Vec<Sample>> {
+        if streams.len() != inputs.len() {
+            return Err(crate::PolicyError::Input(format!(
+                "{} streams for {} inputs",
+                streams.len(),
+                inputs.len()
+            )));
+        }
+        let prepared = self.prepare(inputs)?;
+        Ok(self
+            .sample_inner(&prepared, temperature, seed, Some(streams), false)?
+            .0)
     }
 
     /// [`Policy::sample`] that also returns each row's head inputs
@@ -313,7 +338,7 @@ impl Policy {
         seed: u64,
     ) -> Result<(Vec<Sample>, Vec<Vec<f32>>)> {
         let prepared = self.prepare(inputs)?;
-        let (samples, features) = self.sample_inner(&prepared, temperature, seed, true)?;
+        let (samples, features) = self.sample_inner(&prepared, temperature, seed, None, true)?;
         let rows = match features {
             Some(f) => f.flatten_from(1)?.to_dtype(DType::F32)?.to_vec2::<f32>()?,
             None => Vec::new(),
@@ -326,6 +351,7 @@ impl Policy {
         inputs: &PreparedInputs,
         temperature: f32,
         seed: u64,
+        streams: Option<&[u64]>,
         keep_features: bool,
     ) -> Result<(Vec<Sample>, Option<Tensor>)> {
         let b = inputs.batch_size();
@@ -333,7 +359,7 @@ impl Policy {
         let mut rngs: Vec<ChaCha8Rng> = (0..b)
             .map(|i| {
                 let mut r = ChaCha8Rng::seed_from_u64(seed);
-                r.set_stream(i as u64);
+                r.set_stream(streams.and_then(|s| s.get(i).copied()).unwrap_or(i as u64));
                 r
             })
             .collect();

@@ -1,9 +1,12 @@
 //! `wmrl eval`: success of a policy checkpoint on the embedded simulator,
 //! on simulator workers over the bridge, or on the real LIBERO simulator
 //! (workers wmrl starts itself), per task with 95% Wilson intervals, as JSON
-//! plus a few rollout GIFs.
+//! plus a few rollout GIFs. Each finished episode is recorded in
+//! `<out>/episodes.jsonl` as it ends; `--resume` continues an evaluation
+//! that stopped to the report an uninterrupted one gives.
 
-use std::path::PathBuf;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use wmrl_policy::EvalConfig;
@@ -30,9 +33,20 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<String>,
     /// LIBERO worker processes (`--backend libero`); `--num-envs` slots are
-    /// spread over them.
-    #[arg(long, default_value_t = 2)]
-    pub libero_workers: usize,
+    /// spread over them, so at most `--num-envs` (default: 2, or 1 for one
+    /// slot).
+    #[arg(long)]
+    pub libero_workers: Option<usize>,
+    /// Interpreter of the LIBERO venv (`--backend libero`; default
+    /// `envs/libero/.venv/bin/python`); a relative path is taken from the
+    /// working directory.
+    #[arg(long)]
+    pub libero_python: Option<PathBuf>,
+    /// The LIBERO worker script (`--backend libero`; default
+    /// `envs/libero/server.py`); a relative path is taken from the working
+    /// directory.
+    #[arg(long)]
+    pub libero_server: Option<PathBuf>,
     /// 0 is greedy.
     #[arg(long, default_value_t = 0.0)]
     pub temperature: f32,
@@ -67,7 +81,16 @@ pub struct Args {
     /// With `--save-episodes`: write only the successful episodes.
     #[arg(long, requires = "save_episodes")]
     pub successes_only: bool,
+    /// Continue the evaluation recorded in `<out>/episodes.jsonl` (same
+    /// policy and settings): its finished episodes are not run again, and
+    /// eval.json equals an uninterrupted evaluation's. Without a record it
+    /// starts afresh.
+    #[arg(long)]
+    pub resume: bool,
 }
+
+/// The record of finished episodes in an evaluation's output directory.
+const RECORD_FILE: &str = "episodes.jsonl";
 
 /// Parse `all`, `3`, `0,2,5-7` into indices.
 pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
@@ -95,6 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut env = make_env(&args)?;
     let n_tasks = env.spec().tasks.len();
     let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));
+    let record = out.join(RECORD_FILE);
     let cfg = EvalConfig {
         tasks: parse_list(&args.tasks, n_tasks)?,
         init_states: parse_list(&args.init_states, 0)?,
@@ -107,6 +131,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         n_gifs: args.gifs,
         episode_dir: args.save_episodes.clone(),
         episode_successes_only: args.successes_only,
+        record: Some(record.clone()),
+        resume: args.resume,
+        policy_id: policy_id(&args.policy)?,
         ..EvalConfig::default()
     };
     let eval_tasks = if cfg.tasks.is_empty() {
@@ -116,8 +143,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let n_episodes = eval_tasks * cfg.init_states.len() * cfg.repeats.max(1);
     let bar = wmrl_policy::Progress::new("eval", n_episodes as u64, "episodes", true);
-    let report = wmrl_policy::evaluate_with_progress(&policy, env.as_mut(), &cfg, Some(&bar))?;
+    let report = wmrl_policy::evaluate_with_progress(&policy, env.as_mut(), &cfg, Some(&bar));
     bar.finish();
+    let report = report.map_err(|e| {
+        let hint = match &e {
+            wmrl_policy::PolicyError::EvalStopped { .. } => format!(
+                "rerun the same command with --resume to continue it from {}",
+                record.display()
+            ),
+            wmrl_policy::PolicyError::RecordExists { .. } => {
+                "add --resume to continue that evaluation (a finished one is reported at once)"
+                    .into()
+            }
+            _ => String::new(),
+        };
+        let e = anyhow::Error::from(e);
+        if hint.is_empty() { e } else { e.context(hint) }
+    })?;
     env.close()?;
     std::fs::create_dir_all(&out)?;
     report.write_json(&out.join("eval.json"))?;
@@ -131,6 +173,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         out.join("eval.json").display()
     );
     Ok(())
+}
+
+/// Names the policy in the evaluation record: FNV-1a 64 of its config and
+/// weights files (a resumed evaluation must use the same weights).
+fn policy_id(dir: &Path) -> anyhow::Result<String> {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for name in [wmrl_policy::CONFIG_FILE, wmrl_policy::WEIGHTS_FILE] {
+        let path = dir.join(name);
+        let file =
+            std::fs::File::open(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut r = std::io::BufReader::with_capacity(1 << 20, file);
+        loop {
+            let buf = r
+                .fill_buf()
+                .with_context(|| format!("reading {}", path.display()))?;
+            if buf.is_empty() {
+                break;
+            }
+            for &b in buf {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            let n = buf.len();
+            r.consume(n);
+        }
+    }
+    Ok(format!("fnv1a64:{h:016x}"))
 }
 
 /// The environment evaluation runs in (see `--backend`).
@@ -149,12 +217,23 @@ fn make_env(args: &Args) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
             "--backend bridge needs --endpoints"
         ),
         "libero" => {
-            anyhow::ensure!(
-                args.libero_workers > 0,
-                "--libero-workers must be at least 1"
-            );
-            cfg.libero.workers = args.libero_workers.min(n);
-            cfg.libero.envs_per_worker = n.div_ceil(cfg.libero.workers);
+            let workers = match args.libero_workers {
+                Some(0) => anyhow::bail!("--libero-workers must be at least 1"),
+                Some(w) if w > n => anyhow::bail!(
+                    "--libero-workers {w} is more than --num-envs {n}: each worker needs a slot \
+                     (ask for at most {n} workers, or for more slots)"
+                ),
+                Some(w) => w,
+                None => n.min(2),
+            };
+            cfg.libero.workers = workers;
+            cfg.libero.envs_per_worker = n.div_ceil(workers);
+            if let Some(p) = &args.libero_python {
+                cfg.libero.python = p.clone();
+            }
+            if let Some(p) = &args.libero_server {
+                cfg.libero.server = p.clone();
+            }
         }
         other => anyhow::bail!("--backend {other}: expected sim, bridge or libero"),
     }

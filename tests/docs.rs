@@ -1,0 +1,52 @@
+//! docs/architecture.md describes the workspace as built: every workspace
+//! crate (each `crates/*`, `kernels`, `tests`, `examples`) has a row in its
+//! layout table, and the page's code fences are closed (an unclosed fence
+//! once rendered most of the page as one code block).
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+#[test]
+fn architecture_md_names_every_workspace_crate_and_renders() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut crates: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("Cargo.toml").is_file())
+        .map(|p| format!("`crates/{}`", p.file_name().unwrap().to_string_lossy()))
+        .collect();
+    crates.sort();
+    assert!(crates.len() >= 12, "{crates:?}");
+    crates.extend(["`kernels/`", "`tests/`", "`examples/`"].map(String::from));
+    let table: Vec<&str> = doc.lines().filter(|l| l.starts_with("| `")).collect();
+    for c in &crates {
+        assert!(
+            table.iter().any(|row| row.starts_with(&format!("| {c}"))),
+            "docs/architecture.md's layout table has no row for {c}"
+        );
+    }
+    let fences = doc
+        .lines()
+        .filter(|l| l.trim_start().starts_with("```"))
+        .count();
+    assert!(
+        fences.is_multiple_of(2),
+        "docs/architecture.md has an unclosed code fence"
+    );
+    // Each fenced block is short: a long one is a fence closed too late.
+    let mut open: Option<usize> = None;
+    for (i, l) in doc.lines().enumerate() {
+        if l.trim_start().starts_with("```") {
+            match open.take() {
+                Some(start) => assert!(
+                    i - start < 40,
+                    "docs/architecture.md: a code block runs from line {} to {}",
+                    start + 1,
+                    i + 1
+                ),
+                None => open = Some(i),
+            }
+        }
+    }
+}

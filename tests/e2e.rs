@@ -9,7 +9,8 @@ use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 use wmrl_core::Arm;
 use wmrl_policy::{Policy, PolicyConfig};
-use wmrl_train::metrics::{StepMetrics, read_all};
+use wmrl_train::metrics::{RefitRecord, StepMetrics, read_all};
+use wmrl_train::wm_refit;
 use wmrl_train::{TrainConfig, Trainer};
 use wmrl_worldmodel::{NetConfig, ProgressNet, export_onnx};
 
@@ -208,6 +209,181 @@ fn resume_continues_to_the_same_result() {
     )
     .expect("wb");
     assert!(wa == wb, "final weights differ after resume");
+}
+
+/// A world model as `wmrl wm train` leaves it: candle weights and
+/// train_config.json beside model.onnx (what a refit fine-tunes).
+fn refittable_world_model(dir: &Path) -> PathBuf {
+    let net = NetConfig {
+        height: IMAGE as usize,
+        width: IMAGE as usize,
+        pool: 4,
+        channels: vec![8, 8],
+        hidden: 16,
+        text_dim: 8,
+        ..NetConfig::default()
+    };
+    let (pn, varmap) = ProgressNet::init(net.clone(), &Device::Cpu, 11).expect("net");
+    let trained = wmrl_worldmodel::train::Trained {
+        net: pn,
+        varmap,
+        config: wmrl_worldmodel::train::TrainConfig {
+            net: net.clone(),
+            ..Default::default()
+        },
+        history: Vec::new(),
+    };
+    let wdir = dir.join("wm_dir");
+    wmrl_worldmodel::train::save(&wdir, &trained, &Default::default()).expect("save");
+    let onnx = wdir.join(wmrl_worldmodel::train::ONNX_FILE);
+    export_onnx(&net, &trained.varmap, &onnx, &[]).expect("export");
+    onnx
+}
+
+/// A step's metrics without its timings (wall and CPU seconds vary from
+/// run to run; everything else must not).
+fn without_seconds(mut m: StepMetrics) -> StepMetrics {
+    m.wall_seconds = 0.0;
+    let l = &mut m.ledger;
+    for x in [
+        &mut l.real_seconds,
+        &mut l.real_cpu_seconds,
+        &mut l.wm_seconds,
+        &mut l.wm_cpu_seconds,
+        &mut l.policy_seconds,
+        &mut l.policy_cpu_seconds,
+        &mut l.update_seconds,
+        &mut l.update_cpu_seconds,
+        &mut l.eval_seconds,
+        &mut l.eval_cpu_seconds,
+    ] {
+        *x = 0.0;
+    }
+    m
+}
+
+fn refits_of(dir: &Path) -> Vec<RefitRecord> {
+    read_all::<RefitRecord>(&dir.join(wm_refit::REFITS_FILE))
+        .expect("refits")
+        .into_iter()
+        .map(|mut r| {
+            (r.fit_seconds, r.fit_cpu_seconds) = (0.0, 0.0);
+            r
+        })
+        .collect()
+}
+
+#[test]
+fn world_model_refits_are_installed_charged_and_resume_exactly() {
+    if !runtime_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (policy, onnx_only) = fixtures(tmp.path());
+    let wm = refittable_world_model(tmp.path());
+    let refit_config = |wm: &Path| {
+        let mut c = config(Arm::Wmrl, &policy, wm, 3);
+        c.wmrl.refit.every = 1;
+        c.wmrl.refit.holdout_groups = 1;
+        // The untrained policy never succeeds, so no held-out pair can
+        // judge a candidate: without the gate every one goes in.
+        c.wmrl.refit.gate = false;
+        c.world_model.refit.steps = 4;
+        c.world_model.refit.batch_size = 2;
+        c
+    };
+    // A model without its candle weights cannot be refitted.
+    let Err(err) = Trainer::create(refit_config(&onnx_only), &tmp.path().join("no")) else {
+        panic!("an ONNX-only world model is refused when refits are on");
+    };
+    let msg = err.to_string();
+    assert!(
+        msg.contains("world_model.path") && msg.contains("model.safetensors"),
+        "{msg}"
+    );
+
+    let whole = tmp.path().join("whole");
+    let mut a = Trainer::create(refit_config(&wm), &whole).expect("create");
+    let s = a.run(|_| {}).expect("run");
+    // One anchor group of two per step, the newest held out: after step 1
+    // nothing is left to fit on; after steps 2 and 3, a refit each.
+    let refits = refits_of(&whole);
+    assert_eq!(
+        refits
+            .iter()
+            .map(|r| (r.decision.step, r.training_groups))
+            .collect::<Vec<_>>(),
+        [(2, 1), (3, 2)]
+    );
+    assert!(
+        refits
+            .iter()
+            .all(|r| r.decision.accepted && r.held_out_rollouts == 2)
+    );
+    assert!(whole.join("wm/refit_00003/model.onnx").exists());
+    let state = std::fs::read_to_string(whole.join("checkpoint/state.json")).expect("state");
+    assert!(
+        state.contains("wm/refit_00003/model.onnx"),
+        "the checkpoint names the model in use"
+    );
+    // Charged: a scoring call per step, and per refit the fit (one entry)
+    // and the held-out rollouts' scoring.
+    assert_eq!(s.ledger.wm_calls, 3 + 2 * 2);
+    assert_eq!(s.ledger.wm_rollouts, 3 * 4 + 2 * 2);
+    let fit: f64 = read_all::<RefitRecord>(&whole.join(wm_refit::REFITS_FILE))
+        .expect("refits")
+        .iter()
+        .map(|r| r.fit_seconds)
+        .sum();
+    assert!(fit > 0.0 && s.ledger.wm_seconds >= fit);
+    // The refit after two steps changes the scores of the third step's
+    // rollouts, which are those of a run without refits (the update of the
+    // second step used that step's scores, taken before the refit).
+    let ma: Vec<StepMetrics> = read_all(&whole.join("metrics.jsonl")).expect("a");
+    let plain = tmp.path().join("plain");
+    let mut c = refit_config(&wm);
+    c.wmrl.refit.every = 0;
+    Trainer::create(c, &plain)
+        .expect("create")
+        .run(|_| {})
+        .expect("run");
+    let mp: Vec<StepMetrics> = read_all(&plain.join("metrics.jsonl")).expect("plain");
+    assert_eq!(mp[2].batch_success, ma[2].batch_success);
+    assert_eq!(mp[1].wm_score_mean, ma[1].wm_score_mean);
+    let (x, y) = (
+        mp[2].wm_score_mean.expect("x"),
+        ma[2].wm_score_mean.expect("y"),
+    );
+    assert!(
+        (x - y).abs() > 1e-6,
+        "the refitted model scores as before: {x} {y}"
+    );
+
+    let cut = tmp.path().join("cut");
+    let mut b = Trainer::create(refit_config(&wm), &cut).expect("create");
+    b.train_step().expect("step 0");
+    b.train_step().expect("step 1");
+    b.checkpoint().expect("checkpoint");
+    // Work after the checkpoint that an interrupt would lose (a refit too).
+    b.train_step().expect("lost step");
+    drop(b);
+    let mut b = Trainer::resume(&cut).expect("resume");
+    assert_eq!(b.steps_done(), 2);
+    b.run(|_| {}).expect("finish");
+    let mb: Vec<StepMetrics> = read_all(&cut.join("metrics.jsonl")).expect("b");
+    assert_eq!(ma.len(), 3);
+    assert_eq!(
+        ma.into_iter().map(without_seconds).collect::<Vec<_>>(),
+        mb.into_iter().map(without_seconds).collect::<Vec<_>>()
+    );
+    assert_eq!(refits_of(&whole), refits_of(&cut));
+    let weights = |d: &Path| {
+        std::fs::read(d.join("checkpoint/policy").join(wmrl_policy::WEIGHTS_FILE)).expect("w")
+    };
+    assert!(
+        weights(&whole) == weights(&cut),
+        "final weights differ after resume"
+    );
 }
 
 #[test]

@@ -507,8 +507,10 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
         }
     }
 
-    // Where a run's time goes, per training rollout (one compute thread per
-    // run, so wall seconds are CPU seconds when runs do not share a core).
+    // Where a run's time goes, per training rollout: process CPU seconds
+    // by phase where the runs measured them (runs from 2026-12-03 on),
+    // else wall seconds (one compute thread per run, so wall seconds are
+    // CPU seconds only when runs do not share a core).
     let mut phases = String::new();
     for r in &results {
         let sum = |f: &dyn Fn(&wmrl_core::Ledger) -> f64| -> f64 {
@@ -516,28 +518,55 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
         };
         let n = sum(&|l| l.real_executions as f64).max(1.0);
         let eval_eps = sum(&|l| l.eval_episodes as f64).max(1.0);
-        let (sim, pol, wm, upd) = (
-            sum(&|l| l.real_seconds) / n,
-            sum(&|l| l.policy_seconds) / n,
-            sum(&|l| l.wm_seconds) / n,
-            sum(&|l| l.update_seconds) / n,
-        );
+        let cpu = sum(&|l| l.policy_cpu_seconds) > 0.0;
+        let (sim, pol, wm, upd, ev) = if cpu {
+            (
+                sum(&|l| l.real_cpu_seconds) / n,
+                sum(&|l| l.policy_cpu_seconds) / n,
+                sum(&|l| l.wm_cpu_seconds) / n,
+                sum(&|l| l.update_cpu_seconds) / n,
+                sum(&|l| l.eval_cpu_seconds) / eval_eps,
+            )
+        } else {
+            (
+                sum(&|l| l.real_seconds) / n,
+                sum(&|l| l.policy_seconds) / n,
+                sum(&|l| l.wm_seconds) / n,
+                sum(&|l| l.update_seconds) / n,
+                sum(&|l| l.eval_seconds) / eval_eps,
+            )
+        };
         let _ = writeln!(
             phases,
-            "| {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
+            "| {} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
             r.name,
+            if cpu { "CPU" } else { "wall" },
             n / r.runs.len().max(1) as f64,
             sim,
             pol,
             wm,
             upd,
             sim + pol + wm + upd,
-            sum(&|l| l.eval_seconds) / eval_eps,
+            ev,
         );
     }
 
+    let states = results
+        .iter()
+        .flat_map(|r| &r.runs)
+        .next()
+        .map_or_else(String::new, |x| match (x.final_states, x.test_states) {
+            (Some([lo, hi]), true) => format!(
+                "The final figures are measured on the **test states {lo}-{hi}** of every evaluated task, read once per run at its end; settings were chosen on the validation states (shared/BENCHMARKS.md).\n"
+            ),
+            (Some([lo, hi]), false) => format!(
+                "The final figures are measured on states {lo}-{hi}, which are **validation states** (no `eval.test_states` in the config): figures to choose settings by, not final claims (shared/BENCHMARKS.md).\n"
+            ),
+            _ => "The final figures are measured on the config's `eval.init_states` (runs from before the validation/test split of 2026-12-03: those are validation states).\n".into(),
+        });
     let mut md = String::new();
     let _ = writeln!(md, "# {title}\n");
+    let _ = writeln!(md, "{states}");
     let _ = writeln!(
         md,
         "Every number below was produced by `wmrl bench` from the run directories beside this file. Success rates are real simulator successes on held-out initial states (and on the training states for in-domain); intervals are 95% Student-t intervals over seeds.\n"
@@ -553,7 +582,7 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
     let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
     let _ = writeln!(
         md,
-        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger (simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes), and seconds per evaluation episode.\n\n| arm | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|\n{phases}"
+        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger: process CPU seconds (`clock` CPU) where the runs measured them, else wall seconds (`clock` wall; runs before 2026-12-03). Simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes; then seconds per evaluation episode.\n\n| arm | clock | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|---|\n{phases}"
     );
     let _ = writeln!(
         md,
@@ -614,6 +643,8 @@ mod tests {
             in_domain: None,
             heldout_sampled: None,
             heldout_per_task: vec![],
+            final_states: None,
+            test_states: false,
             ledger: wmrl_core::Ledger::default(),
             diagnostics: wmrl_core::Diagnostics::default()
                 .summary(&wmrl_core::CalibrationConfig::default()),

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use wmrl_core::{Arm, CoreConfig};
 use wmrl_policy::{GrpoConfig, OptimConfig};
 use wmrl_sim::SimConfig;
-use wmrl_worldmodel::{ScoreMode, WorldModelConfig};
+use wmrl_worldmodel::{FineTuneConfig, ScoreMode, WorldModelConfig};
 
 use crate::{Result, TrainError};
 
@@ -283,6 +283,10 @@ pub struct WorldModelSection {
     /// How per-frame progress collapses to one score (default `potential`).
     pub mode: ScoreMode,
     pub runtime: WorldModelConfig,
+    /// How a refit fine-tunes the model (used when `wmrl.refit.every > 0`;
+    /// the model's candle weights must then sit beside `path`, as `wmrl wm
+    /// train` writes them: docs/worldmodel.md, "Refits").
+    pub refit: FineTuneConfig,
 }
 
 impl Default for WorldModelSection {
@@ -291,6 +295,7 @@ impl Default for WorldModelSection {
             path: PathBuf::from("models/progress-tiny/model.onnx"),
             mode: ScoreMode::Potential,
             runtime: WorldModelConfig::default(),
+            refit: FineTuneConfig::default(),
         }
     }
 }
@@ -310,8 +315,17 @@ pub struct EvalSection {
     /// The paper's measure at the end: this many sampled episodes per
     /// held-out (task, state) at the rollout temperature (0: skip; paper 8).
     pub sampled_per_state: usize,
-    /// Held-out initial states, inclusive range (paper split: 16-49).
+    /// Held-out initial states, inclusive range (paper split: 16-49). With
+    /// `test_states` set these are the validation states (the curve, every
+    /// choice of settings); without, the final evaluation runs on them too.
     pub init_states: [usize; 2],
+    /// Test states, inclusive range (shared/BENCHMARKS.md: 50-74 on the
+    /// embedded simulator): the final evaluation (greedy and sampled) runs
+    /// on these, once, at the end of the run; nothing else reads them.
+    /// Must not overlap the training or validation states. `None`: the
+    /// final evaluation runs on `init_states` (figures on validation
+    /// states, as every figure before 2026-12-03 was).
+    pub test_states: Option<[usize; 2]>,
     /// Task indices; empty is all.
     pub tasks: Vec<usize>,
     /// 0 is greedy, the usual VLA evaluation.
@@ -328,10 +342,19 @@ impl Default for EvalSection {
             at_start: true,
             sampled_per_state: 0,
             init_states: [16, 49],
+            test_states: None,
             tasks: Vec::new(),
             temperature: 0.0,
             in_domain: true,
         }
+    }
+}
+
+impl EvalSection {
+    /// The states of the final evaluation: `test_states` when set, else
+    /// `init_states`.
+    pub fn final_states(&self) -> [usize; 2] {
+        self.test_states.unwrap_or(self.init_states)
     }
 }
 
@@ -571,17 +594,69 @@ impl TrainConfig {
                 ));
             }
         }
+        if let Some(t) = e.test_states {
+            if t[0] > t[1] {
+                return Err(bad("eval.test_states", "must be [lo, hi] with lo <= hi"));
+            }
+            for (what, b) in [
+                (
+                    "training states (rollout.train_init_states)",
+                    Some(r.train_init_states),
+                ),
+                ("validation states (eval.init_states)", Some(e.init_states)),
+                ("curve states (eval.curve_init_states)", e.curve_init_states),
+            ] {
+                if let Some(b) = b
+                    && t[0] <= b[1]
+                    && b[0] <= t[1]
+                {
+                    return Err(bad(
+                        "eval.test_states",
+                        format!(
+                            "{t:?} overlaps the {what} {b:?}: test states are read once, for the final figures, and never seen by training or the choice of settings"
+                        ),
+                    ));
+                }
+            }
+        }
         if self.env.num_envs == 0 {
             return Err(bad("env.num_envs", "must be at least 1"));
         }
         match self.env.backend.as_str() {
-            "sim" => {}
+            "sim" => {
+                let n = self.env.sim.n_init_states;
+                for (key, b) in [
+                    ("rollout.train_init_states", Some(r.train_init_states)),
+                    ("eval.init_states", Some(e.init_states)),
+                    ("eval.test_states", e.test_states),
+                ] {
+                    if let Some([_, hi]) = b
+                        && hi >= n
+                    {
+                        return Err(bad(
+                            key,
+                            format!(
+                                "state {hi} does not exist: the simulator generates env.sim.n_init_states = {n} states per task (raise it; it can generate any number)"
+                            ),
+                        ));
+                    }
+                }
+            }
             "libero" => {
                 let l = &self.env.libero;
                 if l.workers == 0 || l.envs_per_worker == 0 {
                     return Err(bad(
                         "env.libero",
                         "workers and envs_per_worker must be at least 1",
+                    ));
+                }
+                if l.workers > self.env.num_envs {
+                    return Err(bad(
+                        "env.libero.workers",
+                        format!(
+                            "{} workers for env.num_envs = {} slots would leave a worker idle: lower the workers or raise num_envs",
+                            l.workers, self.env.num_envs
+                        ),
                     ));
                 }
                 if !(l.ready_timeout_secs.is_finite() && l.ready_timeout_secs > 0.0) {
@@ -612,6 +687,10 @@ impl TrainConfig {
         if self.checkpoint_every == 0 {
             return Err(bad("checkpoint_every", "must be at least 1"));
         }
+        self.world_model
+            .refit
+            .check()
+            .map_err(|(key, why)| bad(&format!("world_model.refit.{key}"), why))?;
         Ok(())
     }
 
@@ -688,6 +767,33 @@ mod tests {
         let err = TrainConfig::from_toml("[eval]\ncurve_init_states = [0, 20]\n", "t.toml")
             .expect_err("curve overlap");
         assert!(err.to_string().contains("eval.curve_init_states"), "{err}");
+        for overlap in ["[0, 3]", "[40, 60]", "[10, 80]"] {
+            let err =
+                TrainConfig::from_toml(&format!("[eval]\ntest_states = {overlap}\n"), "t.toml")
+                    .expect_err("test states overlapping training or validation states");
+            assert!(err.to_string().contains("eval.test_states"), "{err}");
+        }
+        let err = TrainConfig::from_toml(
+            "[eval]\ntest_states = [20, 30]\ninit_states = [40, 49]\ncurve_init_states = [16, 25]\n",
+            "t.toml",
+        )
+        .expect_err("test states overlapping the curve");
+        assert!(err.to_string().contains("curve states"), "{err}");
+        let err = TrainConfig::from_toml("[eval]\ntest_states = [50, 74]\n", "t.toml")
+            .expect_err("the simulator generates 50 states by default");
+        assert!(err.to_string().contains("n_init_states"), "{err}");
+        let err = TrainConfig::from_toml(
+            "[env]\nbackend = \"libero\"\nnum_envs = 1\n[env.libero]\nworkers = 2\n",
+            "t.toml",
+        )
+        .expect_err("more workers than slots");
+        assert!(err.to_string().contains("env.libero.workers"), "{err}");
+        let split = TrainConfig::from_toml(
+            "[env.sim]\nn_init_states = 75\n[eval]\ntest_states = [50, 74]\n",
+            "t.toml",
+        )
+        .expect("disjoint train 0-15, validation 16-49, test 50-74");
+        assert_eq!(split.eval.test_states, Some([50, 74]));
         let err = TrainConfig::from_toml("[wmrl.weight]\nw_max = 0.5\n", "t.toml").expect_err("w");
         assert!(err.to_string().contains("weight.w_max"), "{err}");
         let err =

@@ -15,10 +15,11 @@ pub mod plot;
 pub mod rollout;
 pub mod stats;
 pub mod trainer;
+pub mod wm_refit;
 
 pub use config::{
     CreditConfig, CreditSource, EnvConfig, LiberoEnvConfig, LossNorm, TrainConfig, make_env,
 };
 pub use device::{DeviceChoice, Placement};
 pub use error::{Result, TrainError};
-pub use trainer::{RunSummary, Trainer};
+pub use trainer::{EvalSplit, RunSummary, Trainer};

@@ -30,6 +30,11 @@ pub struct StepMetrics {
     pub disagreement: Option<f64>,
     pub disagreement_raw: Option<f64>,
     pub anchor_weight: f64,
+    /// The raw world model's AUROC for success on this step's anchor
+    /// rollouts (pooled over anchor groups; absent where the arm reads no
+    /// world model or the anchors all share one outcome).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wm_anchor_auroc: Option<f64>,
     pub fallback_groups: usize,
     pub groups_skipped: usize,
     /// Groups whose advantages were all zero (no signal); left out of the
@@ -71,8 +76,12 @@ pub struct StepMetrics {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalRecord {
     pub step: usize,
-    /// `heldout` or `in_domain`.
+    /// `curve`, `heldout`, `heldout_sampled` or `in_domain`
+    /// ([`crate::trainer::EvalSplit`]).
     pub split: String,
+    /// The initial states evaluated, inclusive (absent before 2026-12-03).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub states: Option<[usize; 2]>,
     pub success: f64,
     pub ci_low: f64,
     pub ci_high: f64,
@@ -92,6 +101,26 @@ pub struct CalibrationSnapshot {
     pub step: usize,
     pub xs: Vec<f64>,
     pub ys: Vec<f64>,
+}
+
+/// One line of refits.jsonl: a world-model refit (`wmrl.refit`) and its
+/// verdict ([`wmrl_core::RefitDecision`]: the before/after AUROC and
+/// within-group concordance on the held-out anchor groups).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefitRecord {
+    #[serde(flatten)]
+    pub decision: wmrl_core::RefitDecision,
+    /// The candidate's ONNX file, relative to the run directory.
+    pub model: String,
+    /// Anchor rollouts (and their groups) the candidate was fine-tuned on.
+    pub training_rollouts: usize,
+    pub training_groups: usize,
+    /// Held-out rollouts it was judged on.
+    pub held_out_rollouts: usize,
+    /// Fine-tune and export, wall and process CPU (charged to the
+    /// ledger's world-model stage, with the candidate's scoring).
+    pub fit_seconds: f64,
+    pub fit_cpu_seconds: f64,
 }
 
 /// Append `value` as one JSON line.

@@ -58,6 +58,10 @@ pub struct CollectStats {
     pub policy_calls: u64,
     pub policy_seconds: f64,
     pub env_seconds: f64,
+    /// Process CPU seconds of sampling and of the environment (in-process
+    /// simulator; a bridge's workers are other processes).
+    pub policy_cpu_seconds: f64,
+    pub env_cpu_seconds: f64,
 }
 
 /// Run every episode in `specs` with `policy` sampling at `temperature`, in
@@ -119,6 +123,8 @@ pub fn collect(
             policy_calls: stats.policy_rows,
             policy_seconds: stats.policy_seconds,
             env_seconds: stats.env_seconds,
+            policy_cpu_seconds: stats.policy_cpu_seconds,
+            env_cpu_seconds: stats.env_cpu_seconds,
         },
     ))
 }

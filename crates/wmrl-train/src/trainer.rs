@@ -1,12 +1,15 @@
 //! One `wmrl train` run: the robot track of the shared training loop
 //! (`wmrl_core::Run`): rollouts in the simulator -> world-model scores ->
 //! the correction loop -> a clipped GRPO update, step after step, with
-//! metrics, periodic evaluation on held-out initial states, and resumable
-//! checkpoints.
+//! metrics, periodic evaluation on held-out initial states, resumable
+//! checkpoints, and the world-model refits of `wmrl.refit`
+//! ([`crate::wm_refit`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use wmrl_env::clock::Stopwatch;
 
 use serde::{Deserialize, Serialize};
 use wmrl_core::rng::SplitMix64;
@@ -24,6 +27,7 @@ use crate::config::{CreditSource, LossNorm, TrainConfig};
 use crate::error::io_err;
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
 use crate::rollout::{EpisodeSpec, Rollout, collect};
+use crate::wm_refit::{self, RefitSetup, WmRefit};
 use crate::{Result, TrainError};
 
 /// What a finished run reports (summary.json).
@@ -44,6 +48,14 @@ pub struct RunSummary {
     #[serde(default)]
     pub heldout_sampled: Option<RateSummary>,
     pub heldout_per_task: Vec<f64>,
+    /// The initial states `heldout` and `heldout_sampled` were measured on
+    /// (absent in runs before 2026-12-03: `eval.init_states`).
+    #[serde(default)]
+    pub final_states: Option<[usize; 2]>,
+    /// Whether those are test states (`eval.test_states`), read once at the
+    /// end, rather than the validation states settings were chosen on.
+    #[serde(default)]
+    pub test_states: bool,
     pub ledger: Ledger,
     pub diagnostics: DiagnosticsSummary,
 }
@@ -57,6 +69,12 @@ struct TrainState {
     metrics_len: u64,
     eval_len: u64,
     calibration_len: u64,
+    /// The refitted world model in use (`wmrl.refit`), relative to the run
+    /// directory; `None`: `world_model.path`.
+    #[serde(default)]
+    world_model: Option<PathBuf>,
+    #[serde(default)]
+    refits_len: u64,
 }
 
 /// The robot track: the policy and its optimiser, the simulator, the world
@@ -69,6 +87,11 @@ pub struct RobotTrack {
     optimizer: PolicyOptimizer,
     env: Box<dyn VecEnv>,
     world_model: Option<WorldModel>,
+    /// The world-model refit (`wmrl.refit.every > 0` and an arm that reads
+    /// the world model).
+    refit: Option<WmRefit>,
+    /// The refitted model in use, relative to the run directory.
+    refitted: Option<PathBuf>,
     /// When the current step began.
     step_started: Instant,
 }
@@ -119,11 +142,10 @@ fn load_policy(path: &Path) -> Result<Policy> {
     Ok(crate::device::load_policy(path)?)
 }
 
-fn load_world_model(cfg: &TrainConfig) -> Result<Option<WorldModel>> {
+fn load_world_model(cfg: &TrainConfig, p: &Path) -> Result<Option<WorldModel>> {
     if !cfg.arm.uses_world_model() {
         return Ok(None);
     }
-    let p = &cfg.world_model.path;
     if !p.exists() {
         return Err(TrainError::Missing {
             what: "world model",
@@ -131,11 +153,16 @@ fn load_world_model(cfg: &TrainConfig) -> Result<Option<WorldModel>> {
             hint: "export one with `wmrl wm export` and set `world_model.path`",
         });
     }
+    Ok(Some(WorldModel::load_with(p, wm_runtime(cfg))?))
+}
+
+/// The ONNX Runtime settings the run's world models load with.
+fn wm_runtime(cfg: &TrainConfig) -> wmrl_worldmodel::WorldModelConfig {
     let mut runtime = cfg.world_model.runtime.clone();
     if crate::device::placement().world_model == wmrl_worldmodel::ExecutionProvider::Cuda {
         runtime.execution_provider = wmrl_worldmodel::ExecutionProvider::Cuda;
     }
-    Ok(Some(WorldModel::load_with(p, runtime)?))
+    runtime
 }
 
 fn mix(a: u64, b: u64) -> u64 {
@@ -160,10 +187,15 @@ impl Trainer {
         let toml = cfg.to_toml()?;
         let policy = load_policy(&cfg.policy)?;
         // Everything is loaded before the run directory is touched.
-        let track = RobotTrack::open(cfg, files, policy)?;
+        let track = RobotTrack::open(cfg, files, policy, None, 0)?;
         let files = &track.files;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        for f in [files.metrics(), files.eval(), files.calibration()] {
+        for f in [
+            files.metrics(),
+            files.eval(),
+            files.calibration(),
+            dir.join(wm_refit::REFITS_FILE),
+        ] {
             metrics::truncate(&f, 0)?;
         }
         std::fs::write(files.config_toml(), toml).map_err(io_err(&files.config_toml()))?;
@@ -209,12 +241,14 @@ impl Trainer {
             });
         }
         let policy = crate::device::load_policy(&ck.join("policy"))?;
-        let mut track = RobotTrack::open(cfg, files, policy)?;
+        let mut track =
+            RobotTrack::open(cfg, files, policy, state.world_model.clone(), state.step)?;
         track.optimizer.load(&ck.join("optimizer.safetensors"))?;
         let files = &track.files;
         metrics::truncate(&files.metrics(), state.metrics_len)?;
         metrics::truncate(&files.eval(), state.eval_len)?;
         metrics::truncate(&files.calibration(), state.calibration_len)?;
+        metrics::truncate(&files.dir.join(wm_refit::REFITS_FILE), state.refits_len)?;
         Ok(Self {
             run: Run::resumed(track, state.core, state.ledger, state.step),
         })
@@ -255,7 +289,7 @@ impl Trainer {
     /// periodic subset), `in_domain` (the training states), `heldout_sampled`
     /// (the paper's measure: sampled at the rollout temperature,
     /// `eval.sampled_per_state` episodes per state).
-    pub fn evaluate_split(&mut self, split: &str) -> Result<(RateSummary, Vec<f64>)> {
+    pub fn evaluate_split(&mut self, split: EvalSplit) -> Result<(RateSummary, Vec<f64>)> {
         evaluate_split(&mut self.run, split)
     }
 
@@ -288,14 +322,14 @@ impl Trainer {
 
     /// Final evaluation, diagnostics and summary.json.
     pub fn finish(&mut self) -> Result<RunSummary> {
-        let (heldout, per_task) = evaluate_split(&mut self.run, "heldout")?;
+        let (heldout, per_task) = evaluate_split(&mut self.run, EvalSplit::Heldout)?;
         let in_domain = if self.run.track.cfg.eval.in_domain {
-            Some(evaluate_split(&mut self.run, "in_domain")?.0)
+            Some(evaluate_split(&mut self.run, EvalSplit::InDomain)?.0)
         } else {
             None
         };
         let heldout_sampled = if self.run.track.cfg.eval.sampled_per_state > 0 {
-            Some(evaluate_split(&mut self.run, "heldout_sampled")?.0)
+            Some(evaluate_split(&mut self.run, EvalSplit::HeldoutSampled)?.0)
         } else {
             None
         };
@@ -318,6 +352,8 @@ impl Trainer {
             in_domain,
             heldout_sampled,
             heldout_per_task: per_task,
+            final_states: Some(self.run.track.cfg.eval.final_states()),
+            test_states: self.run.track.cfg.eval.test_states.is_some(),
             ledger: self.run.ledger.clone(),
             diagnostics,
         };
@@ -336,12 +372,40 @@ impl Trainer {
 impl RobotTrack {
     /// The track around `policy` (the SFT start or a checkpoint's): the
     /// frozen reference (the SFT policy), a fresh optimiser over the
-    /// trainable parameters, the world model the arm reads, the simulator.
-    fn open(cfg: TrainConfig, files: RunFiles, policy: Policy) -> Result<Self> {
+    /// trainable parameters, the world model the arm reads (`refitted`, a
+    /// path in the run directory, when a refit replaced `world_model.path`),
+    /// the refit's kept anchor rollouts of the `steps_done` steps, the
+    /// simulator.
+    fn open(
+        cfg: TrainConfig,
+        files: RunFiles,
+        policy: Policy,
+        refitted: Option<PathBuf>,
+        steps_done: usize,
+    ) -> Result<Self> {
         let reference = load_policy(&cfg.policy)?;
         let optimizer =
             PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
-        let world_model = load_world_model(&cfg)?;
+        let model_path = refitted
+            .as_ref()
+            .map_or_else(|| cfg.world_model.path.clone(), |p| files.dir.join(p));
+        let refit = if cfg.wmrl.refit.every > 0 && cfg.arm.uses_world_model() {
+            let setup = RefitSetup {
+                fit: cfg.world_model.refit.clone(),
+                runtime: wm_runtime(&cfg),
+                mode: cfg.world_model.mode,
+                seed: cfg.seed,
+                n_groups: cfg.rollout.n_groups,
+                group_size: cfg.rollout.group_size,
+                holdout_groups: cfg.wmrl.refit.holdout_groups,
+            };
+            // Refused here, before the run directory is touched, when the
+            // candle weights are not beside the ONNX file.
+            Some(WmRefit::open(setup, &files.dir, &model_path, steps_done)?)
+        } else {
+            None
+        };
+        let world_model = load_world_model(&cfg, &model_path)?;
         let env = make_env(&cfg)?;
         Ok(Self {
             cfg,
@@ -351,6 +415,8 @@ impl RobotTrack {
             optimizer,
             env,
             world_model,
+            refit,
+            refitted,
             step_started: Instant::now(),
         })
     }
@@ -513,6 +579,8 @@ impl Track for RobotTrack {
             rollouts.len() as u64,
             cstats.env_seconds,
         );
+        ledger.record_cpu(Stage::PolicySample, cstats.policy_cpu_seconds);
+        ledger.record_cpu(Stage::RealExecution, cstats.env_cpu_seconds);
         ledger.sim_steps += cstats.env_steps;
         Ok(rollouts)
     }
@@ -536,6 +604,47 @@ impl Track for RobotTrack {
         }
     }
 
+    fn scored(
+        &mut self,
+        step: usize,
+        batch: &Vec<Rollout>,
+        outcome: &StepOutcome,
+        ledger: &mut Ledger,
+    ) -> Result<()> {
+        match &mut self.refit {
+            Some(r) => r.keep(step, batch, &outcome.anchors, ledger),
+            None => Ok(()),
+        }
+    }
+
+    fn refit_candidate(
+        &mut self,
+        step: usize,
+        held_out: &[wmrl_core::AnchorGroup],
+        ledger: &mut Ledger,
+    ) -> Result<Option<Vec<Vec<f64>>>> {
+        match &mut self.refit {
+            Some(r) => r.candidate(step, held_out, ledger),
+            None => Ok(None),
+        }
+    }
+
+    fn refit_done(&mut self, decision: &wmrl_core::RefitDecision, _: &mut Ledger) -> Result<()> {
+        let Some(r) = &mut self.refit else {
+            return Ok(());
+        };
+        if let Some(model) = r.done(decision)? {
+            self.refitted = Some(
+                model
+                    .path()
+                    .strip_prefix(&self.files.dir)
+                    .map_or_else(|_| model.path().to_path_buf(), Path::to_path_buf),
+            );
+            self.world_model = Some(model);
+        }
+        Ok(())
+    }
+
     fn update(
         &mut self,
         step: usize,
@@ -547,7 +656,7 @@ impl Track for RobotTrack {
         let head_only = self.head_only();
         // GRPO update over every policy call of every graded rollout (of the
         // groups that carry a signal, with `skip_flat_groups`).
-        let t_up = Instant::now();
+        let t_up = Stopwatch::start();
         let mut inputs = Vec::new();
         let (mut tokens, mut old, mut adv, mut mask) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -676,7 +785,9 @@ impl Track for RobotTrack {
                 }
             }
         }
-        ledger.record(Stage::Update, n_mb as u64, t_up.elapsed().as_secs_f64());
+        let (wall, cpu) = t_up.elapsed();
+        ledger.record(Stage::Update, n_mb as u64, wall);
+        ledger.record_cpu(Stage::Update, cpu);
         let mb = n_mb.max(1) as f64;
         Ok(UpdateReport {
             flat_groups,
@@ -694,7 +805,7 @@ impl Track for RobotTrack {
     }
 
     fn evaluate(run: &mut Run<Self>) -> Result<()> {
-        evaluate_split(run, "curve").map(|_| ())
+        evaluate_split(run, EvalSplit::Curve).map(|_| ())
     }
 
     fn checkpoint(run: &Run<Self>) -> Result<()> {
@@ -714,6 +825,8 @@ impl Track for RobotTrack {
             metrics_len: metrics::len_of(&files.metrics()),
             eval_len: metrics::len_of(&files.eval()),
             calibration_len: metrics::len_of(&files.calibration()),
+            world_model: t.refitted.clone(),
+            refits_len: metrics::len_of(&files.dir.join(wm_refit::REFITS_FILE)),
         };
         let text = serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
         let sp = tmp.join("state.json");
@@ -729,6 +842,10 @@ impl Track for RobotTrack {
         } else {
             std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
         }
+        // Committed: kept rollouts no resume can need any more may go.
+        if let Some(r) = &t.refit {
+            r.prune()?;
+        }
         Ok(())
     }
 }
@@ -741,7 +858,20 @@ fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetric
         let all: Vec<f64> = w.iter().flatten().copied().collect();
         all.iter().sum::<f64>() / all.len().max(1) as f64
     });
+    let anchor_pairs: Vec<(f64, f64)> = outcome.wm_raw.as_ref().map_or_else(Vec::new, |wm| {
+        outcome
+            .anchors
+            .iter()
+            .zip(&outcome.real)
+            .flat_map(|(&g, real)| {
+                real.iter()
+                    .zip(wm.get(g).into_iter().flatten())
+                    .filter_map(|(y, &x)| y.map(|y| (y, x)))
+            })
+            .collect()
+    });
     let m = StepMetrics {
+        wm_anchor_auroc: wmrl_core::rank::concordance(&anchor_pairs).0,
         step: s.index,
         arm: track.cfg.arm.name().into(),
         batch_success: successes as f64 / rollouts.len().max(1) as f64,
@@ -781,27 +911,52 @@ fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetric
     Ok(m)
 }
 
+/// Which evaluation of a run (its name in eval.jsonl in brackets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvalSplit {
+    /// The periodic learning curve on `eval.curve_init_states` (or the
+    /// validation states), greedy (`curve`).
+    Curve,
+    /// The final figure: every final state ([`crate::config::EvalSection::final_states`]:
+    /// the test states when set), greedy (`heldout`).
+    Heldout,
+    /// The training states, greedy (`in_domain`).
+    InDomain,
+    /// The paper's measure on the final states: sampled at the rollout
+    /// temperature, `eval.sampled_per_state` episodes per state
+    /// (`heldout_sampled`).
+    HeldoutSampled,
+}
+
+impl EvalSplit {
+    /// The split's name in eval.jsonl.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Curve => "curve",
+            Self::Heldout => "heldout",
+            Self::InDomain => "in_domain",
+            Self::HeldoutSampled => "heldout_sampled",
+        }
+    }
+}
+
 /// Evaluate the current policy on a split, record it, and return it.
-/// Splits: `heldout` (every held-out state, greedy), `curve` (the
-/// periodic subset), `in_domain` (the training states), `heldout_sampled`
-/// (the paper's measure: sampled at the rollout temperature,
-/// `eval.sampled_per_state` episodes per state).
-fn evaluate_split(run: &mut Run<RobotTrack>, split: &str) -> Result<(RateSummary, Vec<f64>)> {
+fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSummary, Vec<f64>)> {
     let tr = &mut run.track;
     let e = &tr.cfg.eval;
     let ([lo, hi], temperature, repeats) = match split {
-        "in_domain" => (tr.cfg.rollout.train_init_states, e.temperature, 1),
-        "curve" => (
+        EvalSplit::InDomain => (tr.cfg.rollout.train_init_states, e.temperature, 1),
+        EvalSplit::Curve => (
             e.curve_init_states.unwrap_or(e.init_states),
             e.temperature,
             1,
         ),
-        "heldout_sampled" => (
-            e.init_states,
+        EvalSplit::HeldoutSampled => (
+            e.final_states(),
             tr.cfg.rollout.temperature,
             e.sampled_per_state.max(1),
         ),
-        _ => (e.init_states, e.temperature, 1),
+        EvalSplit::Heldout => (e.final_states(), e.temperature, 1),
     };
     // The same evaluation episodes (and sampling streams) for every arm
     // and seed, so results pair across runs.
@@ -815,19 +970,19 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: &str) -> Result<(RateSummary
         gif_dir: None,
         ..EvalConfig::default()
     };
-    let t = Instant::now();
+    let t = Stopwatch::start();
     let report = evaluate(&tr.policy, tr.env.as_mut(), &ecfg)?;
-    run.ledger.record(
-        Stage::Eval,
-        report.episodes.len() as u64,
-        t.elapsed().as_secs_f64(),
-    );
+    let (seconds, cpu) = t.elapsed();
+    run.ledger
+        .record(Stage::Eval, report.episodes.len() as u64, seconds);
+    run.ledger.record_cpu(Stage::Eval, cpu);
     let per_task: Vec<f64> = report.per_task.iter().map(|t| t.summary.rate).collect();
     metrics::append(
         &tr.files.eval(),
         &EvalRecord {
             step: run.step,
-            split: split.into(),
+            split: split.name().into(),
+            states: Some([lo, hi]),
             success: report.overall.rate,
             ci_low: report.overall.ci_low,
             ci_high: report.overall.ci_high,
@@ -835,7 +990,7 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: &str) -> Result<(RateSummary
             per_task: per_task.clone(),
             labels_cumulative: run.ledger.labels,
             temperature,
-            seconds: t.elapsed().as_secs_f64(),
+            seconds,
         },
     )?;
     if let Some(map) = run.core.calibrator().map() {
@@ -890,7 +1045,7 @@ impl Scorers for RolloutScorers<'_> {
             .as_deref_mut()
             .ok_or("this arm has no world model")?;
         if self.wm_scores.is_none() {
-            let t = Instant::now();
+            let t = Stopwatch::start();
             let frames: Vec<RolloutFrames<'_>> = self
                 .rollouts
                 .iter()
@@ -901,11 +1056,10 @@ impl Scorers for RolloutScorers<'_> {
                 .collect();
             // Every rollout in one batched pass, charged once.
             let scores = wm.score(&frames, self.mode)?;
-            self.ledger.record(
-                Stage::WorldModel,
-                scores.len() as u64,
-                t.elapsed().as_secs_f64(),
-            );
+            let (wall, cpu) = t.elapsed();
+            self.ledger
+                .record(Stage::WorldModel, scores.len() as u64, wall);
+            self.ledger.record_cpu(Stage::WorldModel, cpu);
             self.wm_scores = Some(scores.iter().map(|s| f64::from(s.score)).collect());
         }
         let all = self.wm_scores.as_ref().ok_or("no scores")?;

@@ -6,6 +6,8 @@
 //!   ([`ScoreMode`]).
 //! - [`ProgressNet`] and [`train`]: wmrl's own small model, trained in candle
 //!   on episodes labelled by the simulator's progress oracle.
+//! - [`finetune`]: a trained model fine-tuned from its weights on rollouts
+//!   labelled by their real outcome (a run's online refit).
 //! - [`export`]: the trained weights as a real `.onnx` file (opset 17), the
 //!   graph built here with hand-written protobuf messages ([`onnx_proto`]).
 //! - [`mlp`]: any small dense network (`x @ W + b` layers) as an ONNX file,
@@ -20,6 +22,7 @@ pub mod collapse;
 pub mod contract;
 mod error;
 pub mod export;
+pub mod finetune;
 mod inference;
 pub mod metrics;
 pub mod net;
@@ -35,6 +38,7 @@ pub use collapse::{DEFAULT_POTENTIAL_K, ScoreMode, uniform_indices};
 pub use contract::ModelShape;
 pub use error::{Result, WmError};
 pub use export::export_onnx;
+pub use finetune::{FineTuneConfig, fine_tune};
 pub use inference::{
     ExecutionProvider, RolloutFrames, RolloutScore, WorldModel, WorldModelConfig,
     cuda_provider_status,

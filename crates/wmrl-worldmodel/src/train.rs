@@ -187,12 +187,23 @@ pub fn make_batch(
     net: &NetConfig,
     device: &Device,
 ) -> Result<Batch> {
+    let refs: Vec<&EpisodeData> = eps.iter().collect();
+    make_batch_of(&refs, choices, net, device)
+}
+
+/// [`make_batch`] over borrowed episodes.
+pub(crate) fn make_batch_of(
+    eps: &[&EpisodeData],
+    choices: &[(usize, usize)],
+    net: &NetConfig,
+    device: &Device,
+) -> Result<Batch> {
     let (t, l) = (net.num_frames, net.instruction_len);
     let b = choices.len();
     let mut frames = Vec::with_capacity(b * t * 3 * net.height * net.width);
     let (mut tokens, mut prog, mut succ) = (Vec::new(), Vec::new(), Vec::new());
     for &(e, end) in choices {
-        let ep = &eps[e];
+        let ep = eps[e];
         for i in uniform_indices(end, t) {
             let f = &ep.frames[i];
             if f.height as usize != net.height || f.width as usize != net.width {
@@ -237,7 +248,7 @@ pub struct Trained {
     pub history: Vec<TrainRecord>,
 }
 
-fn loss(net: &ProgressNet, batch: &Batch, success_weight: f64) -> Result<Tensor> {
+pub(crate) fn loss(net: &ProgressNet, batch: &Batch, success_weight: f64) -> Result<Tensor> {
     let logits = net.logits(&batch.frames, &batch.tokens)?;
     let lp = logits.narrow(2, 0, 1)?.squeeze(2)?;
     let ls = logits.narrow(2, 1, 1)?.squeeze(2)?;

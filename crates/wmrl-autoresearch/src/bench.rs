@@ -218,6 +218,7 @@ mod tests {
                 .collect(),
             steps: Vec::new(),
             ledger: Default::default(),
+            refits: Vec::new(),
         };
         let rs = [
             run(0, &[0.2, 0.5]),
@@ -411,8 +412,30 @@ impl BenchResult {
             };
             let n = r.steps.len();
             let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+            let refits = if r.refits.is_empty() {
+                String::new()
+            } else {
+                let steps = |accepted: bool| -> String {
+                    let v: Vec<String> = r
+                        .refits
+                        .iter()
+                        .filter(|x| x.decision.accepted == accepted)
+                        .map(|x| x.decision.step.to_string())
+                        .collect();
+                    if v.is_empty() {
+                        "none".into()
+                    } else {
+                        v.join(" ")
+                    }
+                };
+                format!(
+                    ", predictor refits accepted at steps {}, refused at {}",
+                    steps(true),
+                    steps(false)
+                )
+            };
             s += &format!(
-                "  {:<6} seed {}: position {:.3}, disagreement {} -> {}, max weight {:.2}, final entropy {}\n",
+                "  {:<6} seed {}: position {:.3}, disagreement {} -> {}, max weight {:.2}, final entropy {}{refits}\n",
                 r.arm.name(),
                 r.seed,
                 r.final_position(),
@@ -445,6 +468,12 @@ pub fn run_bench(
 ) -> Result<BenchResult> {
     use crate::collect::{collect, evaluate_predictor, read_examples, write_examples};
     use crate::competition::Split;
+    // Recorded and compared as the runs use them (the older
+    // `refit_predictor_every` moved into `core.refit`).
+    let cfg = &BenchConfig {
+        train: cfg.train.resolved()?,
+        ..cfg.clone()
+    };
     std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
     check_settings(&out.join("bench_config.json"), cfg)?;
     let (train_path, held_path, pred_path) = (
@@ -509,6 +538,7 @@ pub fn run_bench(
                 continue;
             }
             let refit = crate::train::PredictorRefit {
+                predictor: &pred,
                 data: &train_data,
                 config: &cfg.predictor,
                 onnx_path: run.predictor(),

@@ -78,6 +78,12 @@ pub struct PredictorConfig {
     pub epochs: usize,
     pub weight_decay: f64,
     pub seed: u64,
+    /// A world-model refit during training (`wmrl.refit`, beyond the
+    /// paper) continues from the weights in use ([`Predictor::fine_tuned`])
+    /// for this many full-batch epochs...
+    pub refit_epochs: usize,
+    /// ... at this learning rate (fresh AdamW moments).
+    pub refit_lr: f64,
 }
 
 impl Default for PredictorConfig {
@@ -88,12 +94,16 @@ impl Default for PredictorConfig {
             epochs: 600,
             weight_decay: 1e-3,
             seed: 0,
+            refit_epochs: 150,
+            refit_lr: 0.003,
         }
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Weights {
+/// A predictor's weights as plain numbers: the JSON weight file's content,
+/// and what a training checkpoint keeps of a refitted predictor.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PredictorWeights {
     shapes: Vec<Vec<usize>>,
     values: Vec<Vec<f32>>,
 }
@@ -155,43 +165,70 @@ impl Predictor {
         inputs: &[Vec<f32>],
         targets: &[f64],
     ) -> Result<(Self, f64)> {
-        if inputs.is_empty() || inputs.len() != targets.len() {
-            return Err(Error::Config(format!(
-                "the predictor needs examples ({} inputs, {} targets)",
-                inputs.len(),
-                targets.len()
-            )));
-        }
-        if let Some(bad) = inputs.iter().find(|r| r.len() != kind.width()) {
-            return Err(Error::Config(format!(
-                "predictor input of width {}, expected {}",
-                bad.len(),
-                kind.width()
-            )));
-        }
+        check_rows(kind, inputs, targets)?;
         let p = Self::new_for(kind, cfg.hidden, cfg.seed)?;
-        let x = matrix(inputs, &p.dev)?;
+        let mse = p.fit(inputs, targets, cfg.epochs, cfg.lr, cfg.weight_decay)?;
+        Ok((p, mse))
+    }
+
+    /// A copy of this predictor trained further on `examples` for
+    /// `cfg.refit_epochs` epochs at `cfg.refit_lr` (a warm start: the
+    /// copy begins where this one is, so where the new rows say nothing
+    /// it keeps this one's ranking); `self` is left as it was. Returns the
+    /// copy and its final training MSE.
+    pub fn fine_tuned(&self, cfg: &PredictorConfig, examples: &[Example]) -> Result<(Self, f64)> {
+        if self.kind != InputKind::Template {
+            return Err(Error::Config(
+                "only a template predictor is fine-tuned on examples".into(),
+            ));
+        }
+        let inputs: Vec<Vec<f32>> = examples.iter().map(Example::input).collect();
+        let targets: Vec<f64> = examples.iter().map(|e| e.reward).collect();
+        check_rows(self.kind, &inputs, &targets)?;
+        // Through plain numbers: a clone of a `Var` shares its storage, and
+        // training it would move `self` too.
+        let p = Self::from_weights(&self.weights()?)?;
+        let mse = p.fit(
+            &inputs,
+            &targets,
+            cfg.refit_epochs,
+            cfg.refit_lr,
+            cfg.weight_decay,
+        )?;
+        Ok((p, mse))
+    }
+
+    /// Full-batch AdamW on mean squared error; the final training MSE.
+    fn fit(
+        &self,
+        inputs: &[Vec<f32>],
+        targets: &[f64],
+        epochs: usize,
+        lr: f64,
+        weight_decay: f64,
+    ) -> Result<f64> {
+        let x = matrix(inputs, &self.dev)?;
         let y = Tensor::from_vec(
             targets.iter().map(|&t| t as f32).collect::<Vec<_>>(),
             targets.len(),
-            &p.dev,
+            &self.dev,
         )?;
-        let vars: Vec<Var> = p.layers.iter().flat_map(Dense::vars).collect();
+        let vars: Vec<Var> = self.layers.iter().flat_map(Dense::vars).collect();
         let mut opt = AdamW::new(
             vars,
             ParamsAdamW {
-                lr: cfg.lr,
-                weight_decay: cfg.weight_decay,
+                lr,
+                weight_decay,
                 ..Default::default()
             },
         )?;
         let mut mse = f64::NAN;
-        for _ in 0..cfg.epochs {
-            let loss = (p.forward(&x)? - &y)?.sqr()?.mean_all()?;
+        for _ in 0..epochs {
+            let loss = (self.forward(&x)? - &y)?.sqr()?.mean_all()?;
             opt.backward_step(&loss)?;
             mse = loss.to_scalar::<f32>()? as f64;
         }
-        Ok((p, mse))
+        Ok(mse)
     }
 
     /// Predicted ladder values for a batch of inputs (one candle forward
@@ -211,38 +248,30 @@ impl Predictor {
             .collect())
     }
 
-    pub fn save(&self, path: &Path) -> Result<()> {
-        let mut w = Weights {
+    /// The weights as plain numbers.
+    pub fn weights(&self) -> Result<PredictorWeights> {
+        let mut w = PredictorWeights {
             shapes: Vec::new(),
             values: Vec::new(),
         };
         for v in self.layers.iter().flat_map(Dense::vars) {
-            let t = v.as_tensor().flatten_all()?;
             w.shapes.push(v.as_tensor().dims().to_vec());
-            w.values.push(t.to_vec1()?);
+            w.values.push(v.as_tensor().flatten_all()?.to_vec1()?);
         }
-        let text = serde_json::to_string(&w).map_err(|source| Error::Json {
-            path: path.into(),
-            source,
-        })?;
-        std::fs::write(path, text).map_err(io_err(path))
+        Ok(w)
     }
 
-    pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
-        let w: Weights = serde_json::from_str(&text).map_err(|source| Error::Json {
-            path: path.into(),
-            source,
-        })?;
+    /// A predictor with these weights (its input kind read off the first
+    /// layer's width).
+    pub fn from_weights(w: &PredictorWeights) -> Result<Self> {
         let kind = w
             .shapes
             .first()
             .and_then(|s| s.first())
             .and_then(|&d| InputKind::of_width(d));
-        let Some(kind) = kind.filter(|_| w.shapes.len() == 6) else {
+        let Some(kind) = kind.filter(|_| w.shapes.len() == 6 && w.values.len() == 6) else {
             return Err(Error::Config(format!(
-                "{}: not a predictor for {N_INPUT} (template) or {N_CODE_INPUT} (code) inputs",
-                path.display()
+                "not a predictor for {N_INPUT} (template) or {N_CODE_INPUT} (code) inputs"
             )));
         };
         let dev = Device::Cpu;
@@ -263,6 +292,46 @@ impl Predictor {
             dev,
         })
     }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        let text = serde_json::to_string(&self.weights()?).map_err(|source| Error::Json {
+            path: path.into(),
+            source,
+        })?;
+        std::fs::write(path, text).map_err(io_err(path))
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+        let w: PredictorWeights = serde_json::from_str(&text).map_err(|source| Error::Json {
+            path: path.into(),
+            source,
+        })?;
+        match Self::from_weights(&w) {
+            Err(Error::Config(m)) => Err(Error::Config(format!("{}: {m}", path.display()))),
+            r => r,
+        }
+    }
+}
+
+/// Inputs and targets a fit can use: as many of each, at least one, every
+/// row of `kind`'s width.
+fn check_rows(kind: InputKind, inputs: &[Vec<f32>], targets: &[f64]) -> Result<()> {
+    if inputs.is_empty() || inputs.len() != targets.len() {
+        return Err(Error::Config(format!(
+            "the predictor needs examples ({} inputs, {} targets)",
+            inputs.len(),
+            targets.len()
+        )));
+    }
+    if let Some(bad) = inputs.iter().find(|r| r.len() != kind.width()) {
+        return Err(Error::Config(format!(
+            "predictor input of width {}, expected {}",
+            bad.len(),
+            kind.width()
+        )));
+    }
+    Ok(())
 }
 
 fn ranks(xs: &[f64]) -> Vec<f64> {
@@ -342,5 +411,25 @@ mod tests {
         let q = Predictor::load(&path).unwrap();
         let xs: Vec<Vec<f32>> = ex.iter().map(Example::input).collect();
         assert_eq!(p.predict(&xs).unwrap(), q.predict(&xs).unwrap());
+        // A warm start moves a copy only: taught the opposite rule, the
+        // copy changes its ranking while the original keeps its scores.
+        let flipped: Vec<Example> = ex
+            .iter()
+            .map(|e| Example {
+                reward: 1.2 - e.reward,
+                ..e.clone()
+            })
+            .collect();
+        let before = p.predict(&xs).unwrap();
+        let cfg = PredictorConfig {
+            refit_epochs: 200,
+            refit_lr: 0.01,
+            ..Default::default()
+        };
+        let (warm, _) = p.fine_tuned(&cfg, &flipped).unwrap();
+        assert_eq!(p.predict(&xs).unwrap(), before, "the original moved");
+        let after = warm.predict(&xs).unwrap();
+        assert!(spearman(&before, &after).unwrap() < 0.0);
+        assert!(warm.fine_tuned(&cfg, &[]).is_err());
     }
 }

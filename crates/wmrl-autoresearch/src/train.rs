@@ -5,7 +5,17 @@
 //! Training uses the suite's training competitions; evaluation executes
 //! policy samples on the held-out competitions and is charged to the
 //! ledger's `Eval` stage, never to training cost.
+//!
+//! Beyond the paper, `core.refit` (`wmrl.refit`, [`wmrl_core::refit`]):
+//! every K steps the `wmrl` arm fits a candidate outcome predictor on the
+//! predictor's data plus its anchor executions except the newest anchor
+//! groups, and the shared gate installs it only if it ranks those held-out
+//! groups at least as well (the track's `refit_candidate`/`refit_done`).
+//! A candidate never sees a held-out group's rows, and is only ever
+//! trained on real outcomes the correction loop already paid for.
 
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rand::Rng;
@@ -14,8 +24,8 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use wmrl_core::rundir::{cut_back, len_of};
 use wmrl_core::{
-    Arm, CoreConfig, CorrectionLoop, Ledger, Run, Schedule, ScorerError, Scorers, Stage,
-    StepOutcome, Track,
+    AnchorGroup, Arm, CoreConfig, CorrectionLoop, Ledger, RefitDecision, Run, Schedule,
+    ScorerError, Scorers, Stage, StepOutcome, Track,
 };
 
 use crate::competition::{Competition, Split, Suite};
@@ -24,7 +34,7 @@ use crate::execute::{Executor, Outcome};
 use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
-use crate::predictor::input;
+use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
 use crate::rundir::{RunDir, append_jsonl, create_jsonl, settings_difference, write_json};
 
 /// The three arms of the AutoResearch benchmark.
@@ -80,13 +90,22 @@ pub struct TrainConfig {
     pub eval_every: usize,
     /// Samples per held-out competition at each evaluation.
     pub eval_samples: usize,
-    /// Beyond the paper (off at 0): every this many steps, the `wm` and
-    /// `wmrl` arms refit the outcome predictor on its own training data plus
-    /// every anchor execution of the run so far, re-export it to ONNX and
-    /// score with it from then on. Needs [`train_with_refit`]'s data.
+    /// The older spelling of `core.refit.every` (what `bench
+    /// --refit-predictor-every` sets): [`TrainConfig::resolved`] moves it
+    /// there, so a run's recorded settings carry the refit in one place.
+    /// Settings recorded before the shared refit (ungated, refitted from
+    /// scratch) read back with it and differ from any resolved settings,
+    /// so such a run is never resumed under the new refit.
+    #[serde(skip_serializing_if = "is_zero")]
     pub refit_predictor_every: usize,
     pub policy: PolicyConfig,
+    /// The correction loop's settings, with the predictor refit
+    /// (`core.refit`, off by default) among them.
     pub core: CoreConfig,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Default for TrainConfig {
@@ -101,6 +120,33 @@ impl Default for TrainConfig {
             policy: PolicyConfig::default(),
             core: small_scale_core(),
         }
+    }
+}
+
+impl TrainConfig {
+    /// The settings a run uses: `refit_predictor_every` folded into
+    /// `core.refit.every` (refused when both are set and differ), the core
+    /// settings validated.
+    pub fn resolved(&self) -> Result<Self> {
+        let mut c = self.clone();
+        let (old, new) = (c.refit_predictor_every, c.core.refit.every);
+        if old > 0 {
+            if new > 0 && new != old {
+                return Err(Error::Config(format!(
+                    "refit_predictor_every = {old} and core.refit.every = {new}: set one"
+                )));
+            }
+            c.core.refit.every = old;
+            c.refit_predictor_every = 0;
+        }
+        c.core.validate()?;
+        Ok(c)
+    }
+
+    /// Whether `arm` refits its predictor: only an arm that executes anchors
+    /// has new outcomes to refit on.
+    pub fn refits(&self, arm: ArArm) -> bool {
+        self.core.refit.every > 0 && arm == ArArm::Wmrl
     }
 }
 
@@ -137,6 +183,9 @@ pub struct TrainReport {
     pub evals: Vec<EvalPoint>,
     pub steps: Vec<StepLog>,
     pub ledger: Ledger,
+    /// The predictor refits, in order (`core.refit`; absent without).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refits: Vec<RefitRecord>,
 }
 
 impl TrainReport {
@@ -312,13 +361,119 @@ pub fn evaluate(
     Ok((pos, rew, valid))
 }
 
-/// What refitting the predictor during a run needs
-/// ([`TrainConfig::refit_predictor_every`]): the data it was first fitted on,
-/// its settings, and where each refit's ONNX file goes.
+/// What refitting the predictor during a run needs (`core.refit.every >
+/// 0`): the predictor the run starts with as candle weights (the run
+/// scores their ONNX export, passed to [`train_with_refit`]), the data it
+/// was fitted on, its settings, and where the predictor in use after an
+/// accepted refit is exported (each candidate is exported beside it
+/// first, [`candidate_path`]).
 pub struct PredictorRefit<'a> {
-    pub data: &'a [crate::predictor::Example],
-    pub config: &'a crate::predictor::PredictorConfig,
-    pub onnx_path: std::path::PathBuf,
+    pub predictor: &'a Predictor,
+    pub data: &'a [Example],
+    pub config: &'a PredictorConfig,
+    pub onnx_path: PathBuf,
+}
+
+/// Where a refit's candidate is exported before the verdict.
+pub fn candidate_path(onnx_path: &Path) -> PathBuf {
+    onnx_path.with_extension("candidate.onnx")
+}
+
+/// One line per refit in the run directory (`refits.jsonl`; the name is
+/// kept here, beside the only code that writes it).
+pub const REFITS_FILE: &str = "refits.jsonl";
+
+/// One predictor refit: the shared gate's verdict and what the candidate
+/// was fitted on (a line of [`REFITS_FILE`], and of
+/// [`TrainReport::refits`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefitRecord {
+    #[serde(flatten)]
+    pub decision: RefitDecision,
+    /// Rows the candidate was fitted on: the predictor's data, then
+    /// `anchor_rows` graded members of the `trained_on` anchor groups.
+    pub training_rows: usize,
+    pub anchor_rows: usize,
+    /// Anchor groups as (0-based step, group index in the step): those
+    /// fitted on, and those held out to judge the candidate (never among
+    /// the former).
+    pub trained_on: Vec<(u64, usize)>,
+    pub held_out: Vec<(u64, usize)>,
+    pub held_out_rows: usize,
+    /// The fit's final training MSE.
+    pub fit_mse: f64,
+    /// Spearman correlation of the candidate's and the incumbent's raw
+    /// scores of the held-out rows: how far the refit re-draws the
+    /// ranking (issue 29).
+    pub spearman_vs_incumbent: Option<f64>,
+    /// Wall and process CPU seconds of the fit, export and held-out scoring
+    /// (charged to the ledger's world-model stage).
+    pub fit_seconds: f64,
+    pub fit_cpu_seconds: f64,
+}
+
+/// The graded members of one anchor group, as the predictor's rows, in
+/// member order (what [`AnchorGroup::real`] lists).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct KeptGroup {
+    step: u64,
+    group: usize,
+    rows: Vec<Example>,
+}
+
+impl KeptGroup {
+    fn key(&self) -> (u64, usize) {
+        (self.step, self.group)
+    }
+}
+
+/// The candidate's training rows: the predictor's `data`, then the rows of
+/// every kept anchor group not in `held_out`; and those groups' keys.
+fn training_rows(
+    data: &[Example],
+    kept: &[KeptGroup],
+    held_out: &BTreeSet<(u64, usize)>,
+) -> (Vec<Example>, Vec<(u64, usize)>) {
+    let used: Vec<&KeptGroup> = kept
+        .iter()
+        .filter(|g| !held_out.contains(&g.key()))
+        .collect();
+    let rows = data
+        .iter()
+        .chain(used.iter().flat_map(|g| &g.rows))
+        .cloned()
+        .collect();
+    (rows, used.iter().map(|g| g.key()).collect())
+}
+
+/// The predictor in use after an accepted refit.
+struct Installed {
+    predictor: Predictor,
+    onnx: OnnxPredictor,
+}
+
+/// A fitted candidate, kept until the gate's verdict.
+struct Candidate {
+    predictor: Predictor,
+    record: RefitRecord,
+}
+
+/// CPU seconds this process has used so far, all threads together
+/// (`CLOCK_PROCESS_CPUTIME_ID`; 0 where the clock is unavailable). A refit
+/// fits in-process, so this is its CPU cost (`wmrl_env::clock` has the
+/// same clock; this crate does not depend on wmrl-env).
+#[allow(unsafe_code)]
+fn process_cpu_secs() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// The AutoResearch track of the shared loop: groups of solutions sampled
@@ -332,12 +487,13 @@ struct ArTrack<'a> {
     executor: &'a Executor,
     predictor: Option<&'a OnnxPredictor>,
     refit: Option<&'a PredictorRefit<'a>>,
-    /// The predictor refitted during the run, once it has been.
-    refitted: Option<OnnxPredictor>,
-    /// How many of `anchor_data` the last refit used.
-    refit_anchors: Option<usize>,
-    /// Every anchor execution so far (for the refits).
-    anchor_data: Vec<crate::predictor::Example>,
+    /// The predictor an accepted refit installed, once one has.
+    installed: Option<Installed>,
+    candidate: Option<Candidate>,
+    /// Every anchor group's graded members so far (refitting arms only),
+    /// oldest first.
+    kept: Vec<KeptGroup>,
+    refits: Vec<RefitRecord>,
     policy: Policy,
     /// One sampling stream for the whole run.
     rng: ChaCha8Rng,
@@ -345,7 +501,7 @@ struct ArTrack<'a> {
     evals: Vec<EvalPoint>,
     step_logs: Vec<StepLog>,
     /// The run directory, when there is one, with its open metrics.jsonl
-    /// and eval.jsonl.
+    /// and eval.jsonl (and refits.jsonl when the arm refits).
     files: Option<RunFiles<'a>>,
 }
 
@@ -354,6 +510,7 @@ struct RunFiles<'a> {
     dir: &'a RunDir,
     metrics: std::fs::File,
     eval: std::fs::File,
+    refits: Option<std::fs::File>,
 }
 
 /// What resuming an AutoResearch run needs (`checkpoint/state.json`,
@@ -370,13 +527,19 @@ struct Checkpoint {
     policy: crate::policy::PolicyState,
     evals: Vec<EvalPoint>,
     steps: Vec<StepLog>,
-    anchor_data: Vec<crate::predictor::Example>,
-    /// The anchors the last refit was fitted on (`anchor_data[..n]`): the
-    /// refit is redone on resume rather than read from a file that a later,
-    /// unfinished step may have overwritten.
-    refit_anchors: Option<usize>,
+    #[serde(default)]
+    kept: Vec<KeptGroup>,
+    /// The weights of the predictor an accepted refit installed: restored
+    /// as they were, never refitted again on resume (a file that a later,
+    /// unfinished step may have overwritten is not read either).
+    #[serde(default)]
+    installed: Option<PredictorWeights>,
+    #[serde(default)]
+    refits: Vec<RefitRecord>,
     metrics_len: u64,
     eval_len: u64,
+    #[serde(default)]
+    refits_len: u64,
 }
 
 /// A step's groups: (training competition, its sampled solutions).
@@ -422,52 +585,180 @@ impl Track for ArTrack<'_> {
         StepScorers {
             suite: self.suite,
             executor: self.executor,
-            predictor: self.refitted.as_ref().or(self.predictor),
+            predictor: self.installed.as_ref().map(|i| &i.onnx).or(self.predictor),
             groups: batch,
             ledger,
         }
     }
 
-    /// With `refit_predictor_every`, keep the step's anchor executions and
-    /// refit the predictor on schedule.
+    /// With `core.refit`, keep the graded members of the step's anchor
+    /// groups (keyed by step and group, as the correction loop records
+    /// them) for later refits.
     fn scored(
         &mut self,
         step: usize,
         groups: &Groups,
         outcome: &StepOutcome,
-        ledger: &mut Ledger,
+        _ledger: &mut Ledger,
     ) -> Result<()> {
-        let Some(r) = self.refit.filter(|_| self.refits()) else {
+        if !self.cfg.refits(self.arm) {
             return Ok(());
-        };
-        let step = step + 1;
+        }
         for (&g, real) in outcome.anchors.iter().zip(&outcome.real) {
             let (c, samples) = &groups[g];
             let comp = &self.suite.competitions[*c];
-            for (s, y) in samples.iter().zip(real) {
-                if let Some(y) = y {
-                    self.anchor_data.push(crate::predictor::Example {
+            let rows: Vec<Example> = samples
+                .iter()
+                .zip(real)
+                .filter_map(|(s, y)| {
+                    y.map(|y| Example {
                         competition: comp.name().to_string(),
                         meta: comp.meta.meta_features.clone(),
                         solution: s.solution,
-                        reward: *y,
+                        reward: y,
                         cpu_secs: 0.0,
-                    });
+                    })
+                })
+                .collect();
+            // The correction loop records no group without a graded member.
+            if !rows.is_empty() {
+                self.kept.push(KeptGroup {
+                    step: step as u64,
+                    group: g,
+                    rows,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Fine-tune the predictor in use ([`Predictor::fine_tuned`]) on its
+    /// data plus every kept anchor group except `held_out`, export it to
+    /// ONNX, load it through ONNX Runtime and score the held-out groups'
+    /// graded members with it. Skipped (`None`) when no step is left to
+    /// score with a new predictor, or when no anchor group is left to
+    /// learn from (a candidate fitted on the old data alone only re-draws
+    /// the ranking, which is what issue 29 found).
+    fn refit_candidate(
+        &mut self,
+        done: usize,
+        held_out: &[AnchorGroup],
+        ledger: &mut Ledger,
+    ) -> Result<Option<Vec<Vec<f64>>>> {
+        self.candidate = None;
+        let Some(r) = self.refit.filter(|_| self.cfg.refits(self.arm)) else {
+            return Ok(None);
+        };
+        let held: BTreeSet<(u64, usize)> = held_out.iter().map(|g| (g.step, g.group)).collect();
+        let (rows, trained_on) = training_rows(r.data, &self.kept, &held);
+        if done >= self.cfg.steps || held_out.is_empty() || trained_on.is_empty() {
+            tracing::info!(
+                seed = self.seed,
+                done,
+                held_out = held_out.len(),
+                "predictor refit skipped: no step left to score with it, or no anchor group to judge or to learn from"
+            );
+            return Ok(None);
+        }
+        let mut held_rows: Vec<Vec<f32>> = Vec::new();
+        for g in held_out {
+            let kept = self.kept.iter().find(|k| k.key() == (g.step, g.group));
+            let matches = kept.is_some_and(|k| {
+                k.rows.len() == g.real.len()
+                    && k.rows.iter().zip(&g.real).all(|(e, y)| e.reward == *y)
+            });
+            match kept {
+                Some(k) if matches => held_rows.extend(k.rows.iter().map(Example::input)),
+                _ => {
+                    return Err(Error::Config(format!(
+                        "refit after {done} steps: the kept rows of anchor group (step {}, group {}) do not match its {} graded outcomes",
+                        g.step,
+                        g.group,
+                        g.real.len()
+                    )));
                 }
             }
         }
-        if step.is_multiple_of(self.cfg.refit_predictor_every) && !self.anchor_data.is_empty() {
-            let t = Instant::now();
-            let mse = self.refit_on(r, self.anchor_data.len())?;
-            ledger.record(Stage::Update, 0, t.elapsed().as_secs_f64());
-            tracing::info!(
-                arm = self.arm.name(),
-                seed = self.seed,
-                step,
-                anchors = self.anchor_data.len(),
-                mse,
-                "predictor refitted"
-            );
+        let (wall, cpu) = (Instant::now(), process_cpu_secs());
+        let base = self
+            .installed
+            .as_ref()
+            .map_or(r.predictor, |i| &i.predictor);
+        let (predictor, fit_mse) = base.fine_tuned(r.config, &rows)?;
+        let onnx = OnnxPredictor::export_and_load(&predictor, &candidate_path(&r.onnx_path))?;
+        let flat = onnx.predict(&held_rows)?;
+        let (fit_seconds, fit_cpu_seconds) = (
+            wall.elapsed().as_secs_f64(),
+            (process_cpu_secs() - cpu).max(0.0),
+        );
+        ledger.record(Stage::WorldModel, flat.len() as u64, fit_seconds);
+        ledger.record_cpu(Stage::WorldModel, fit_cpu_seconds);
+        let incumbent: Vec<f64> = held_out.iter().flat_map(|g| g.wm.clone()).collect();
+        let sizes: Vec<usize> = held_out.iter().map(|g| g.real.len()).collect();
+        let anchor_rows = rows.len() - r.data.len();
+        self.candidate = Some(Candidate {
+            predictor,
+            record: RefitRecord {
+                decision: RefitDecision {
+                    step: done,
+                    accepted: false,
+                    reason: String::new(),
+                    held_out_groups: held_out.len(),
+                    pairs: 0,
+                    incumbent: None,
+                    candidate: None,
+                    auroc_before: None,
+                    auroc_after: None,
+                },
+                training_rows: rows.len(),
+                anchor_rows,
+                trained_on,
+                held_out: held.into_iter().collect(),
+                held_out_rows: flat.len(),
+                fit_mse,
+                spearman_vs_incumbent: crate::predictor::spearman(&flat, &incumbent),
+                fit_seconds,
+                fit_cpu_seconds,
+            },
+        });
+        Ok(Some(regroup(flat, &sizes)))
+    }
+
+    /// Record the verdict (refits.jsonl) and install an accepted candidate:
+    /// its ONNX file becomes `onnx_path` and scores from the next step on.
+    fn refit_done(&mut self, decision: &RefitDecision, ledger: &mut Ledger) -> Result<()> {
+        let (Some(c), Some(r)) = (self.candidate.take(), self.refit) else {
+            return Ok(());
+        };
+        let record = RefitRecord {
+            decision: decision.clone(),
+            ..c.record
+        };
+        tracing::info!(
+            arm = self.arm.name(),
+            seed = self.seed,
+            step = decision.step,
+            accepted = decision.accepted,
+            reason = %decision.reason,
+            anchor_rows = record.anchor_rows,
+            "predictor refit"
+        );
+        if let Some(f) = self.files.as_mut()
+            && let Some(file) = f.refits.as_mut()
+        {
+            append_jsonl(file, &f.dir.dir.join(REFITS_FILE), &record)?;
+        }
+        self.refits.push(record);
+        if decision.accepted {
+            let (wall, cpu) = (Instant::now(), process_cpu_secs());
+            let from = candidate_path(&r.onnx_path);
+            std::fs::rename(&from, &r.onnx_path).map_err(io_err(&r.onnx_path))?;
+            self.installed = Some(Installed {
+                onnx: OnnxPredictor::load(&r.onnx_path)?,
+                predictor: c.predictor,
+            });
+            ledger.wm_seconds += wall.elapsed().as_secs_f64();
+            ledger.record_cpu(Stage::WorldModel, (process_cpu_secs() - cpu).max(0.0));
         }
         Ok(())
     }
@@ -542,33 +833,18 @@ impl Track for ArTrack<'_> {
             policy: t.policy.state()?,
             evals: t.evals.clone(),
             steps: t.step_logs.clone(),
-            anchor_data: t.anchor_data.clone(),
-            refit_anchors: t.refit_anchors,
+            kept: t.kept.clone(),
+            installed: t
+                .installed
+                .as_ref()
+                .map(|i| i.predictor.weights())
+                .transpose()?,
+            refits: t.refits.clone(),
             metrics_len: len_of(&f.dir.metrics()),
             eval_len: len_of(&f.dir.eval()),
+            refits_len: len_of(&f.dir.dir.join(REFITS_FILE)),
         };
         write_json(&ck.join("state.json"), &state)
-    }
-}
-
-impl ArTrack<'_> {
-    /// Refit the predictor on its data plus the first `anchors` anchor
-    /// executions, export it and score with it from now on; its mse.
-    fn refit_on(&mut self, r: &PredictorRefit<'_>, anchors: usize) -> Result<f64> {
-        let all: Vec<crate::predictor::Example> = r
-            .data
-            .iter()
-            .chain(&self.anchor_data[..anchors])
-            .cloned()
-            .collect();
-        let (p, mse) = crate::predictor::Predictor::train(r.config, &all)?;
-        self.refitted = Some(OnnxPredictor::export_and_load(&p, &r.onnx_path)?);
-        self.refit_anchors = Some(anchors);
-        Ok(mse)
-    }
-
-    fn refits(&self) -> bool {
-        self.cfg.refit_predictor_every > 0 && self.arm != ArArm::Real
     }
 }
 
@@ -588,9 +864,10 @@ pub fn train(
     train_with_refit(cfg, arm, seed, suite, executor, predictor, run, None)
 }
 
-/// [`train`], refitting the predictor every
-/// [`TrainConfig::refit_predictor_every`] steps from `refit`'s data plus the
-/// run's anchor executions (an error when that is set and `refit` is not).
+/// [`train`], refitting the predictor on `core.refit`'s schedule from
+/// `refit`'s predictor and data plus the run's anchor executions (an error
+/// when the arm refits and `refit` is missing, or its candle predictor is
+/// not the ONNX `predictor` the run scores with).
 #[allow(clippy::too_many_arguments)]
 pub fn train_with_refit(
     cfg: &TrainConfig,
@@ -602,18 +879,33 @@ pub fn train_with_refit(
     run_dir: Option<&RunDir>,
     refit: Option<&PredictorRefit<'_>>,
 ) -> Result<TrainReport> {
-    let refits = cfg.refit_predictor_every > 0 && arm != ArArm::Real;
-    if refits && refit.is_none() {
-        return Err(Error::Config(
-            "refit_predictor_every is set but the run was given no predictor data to refit on"
-                .into(),
-        ));
-    }
+    let cfg = &cfg.resolved()?;
     if arm != ArArm::Real && predictor.is_none() {
         return Err(Error::Config(format!(
             "arm {} needs an outcome predictor",
             arm.name()
         )));
+    }
+    let refits = cfg.refits(arm);
+    match (refits, refit, predictor) {
+        (true, None, _) => {
+            return Err(Error::Config(
+                "core.refit.every (refit_predictor_every) is set but the run was given no predictor data to refit on"
+                    .into(),
+            ));
+        }
+        (true, Some(r), Some(p)) => {
+            // A warm start from other weights than those scored would
+            // judge one model and install another.
+            let diff = crate::onnx_predictor::max_abs_diff(r.predictor, p, 64, seed)?;
+            if diff > 1e-4 {
+                return Err(Error::Config(format!(
+                    "the refit's candle predictor is not the ONNX predictor {} (max |diff| {diff:.2e})",
+                    p.path().display()
+                )));
+            }
+        }
+        _ => {}
     }
     let train_comps = suite.indices(Split::Train);
     if train_comps.is_empty() || cfg.group_size < 2 || cfg.groups_per_step == 0 {
@@ -668,6 +960,14 @@ pub fn train_with_refit(
                 dir: d,
                 metrics: open(d.metrics(), resume.as_ref().map(|c| c.metrics_len))?,
                 eval: open(d.eval(), resume.as_ref().map(|c| c.eval_len))?,
+                refits: refits
+                    .then(|| {
+                        open(
+                            d.dir.join(REFITS_FILE),
+                            resume.as_ref().map(|c| c.refits_len),
+                        )
+                    })
+                    .transpose()?,
             })
         }
         None => None,
@@ -680,9 +980,10 @@ pub fn train_with_refit(
         executor,
         predictor,
         refit,
-        refitted: None,
-        refit_anchors: None,
-        anchor_data: Vec::new(),
+        installed: None,
+        candidate: None,
+        kept: Vec::new(),
+        refits: Vec::new(),
         policy: Policy::new(cfg.policy.clone(), seed)?,
         rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
         train_comps,
@@ -698,9 +999,20 @@ pub fn train_with_refit(
             track.rng = ck.rng;
             track.evals = ck.evals;
             track.step_logs = ck.steps;
-            track.anchor_data = ck.anchor_data;
-            if let (Some(n), Some(r)) = (ck.refit_anchors, track.refit) {
-                track.refit_on(r, n.min(track.anchor_data.len()))?;
+            track.kept = ck.kept;
+            track.refits = ck.refits;
+            if let Some(w) = &ck.installed {
+                let Some(r) = track.refit else {
+                    return Err(Error::Config(
+                        "the checkpoint holds a refitted predictor, but the run was given no refit settings".into(),
+                    ));
+                };
+                // The same weights exported again score exactly as before.
+                let predictor = Predictor::from_weights(w)?;
+                track.installed = Some(Installed {
+                    onnx: OnnxPredictor::export_and_load(&predictor, &r.onnx_path)?,
+                    predictor,
+                });
             }
             tracing::info!(
                 arm = arm.name(),
@@ -753,10 +1065,49 @@ pub fn train_with_refit(
         evals: std::mem::take(&mut run.track.evals),
         steps: std::mem::take(&mut run.track.step_logs),
         ledger: run.ledger,
+        refits: std::mem::take(&mut run.track.refits),
     };
     if let Some(d) = run_dir {
         write_json(&d.diagnostics(), run.core.diagnostics())?;
         write_json(&d.summary(), &report)?;
     }
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::solution::Solution;
+
+    fn row(reward: f64) -> Example {
+        Example {
+            competition: "c".into(),
+            meta: vec![0.0; crate::N_META],
+            solution: Solution::new([0; 6]).unwrap(),
+            reward,
+            cpu_secs: 0.0,
+        }
+    }
+
+    #[test]
+    fn training_rows_leave_out_exactly_the_held_out_groups() {
+        let data = vec![row(0.1); 5];
+        let kept: Vec<KeptGroup> = [(0, 1, 3), (1, 0, 2), (1, 4, 4), (2, 2, 1)]
+            .into_iter()
+            .map(|(step, group, n)| KeptGroup {
+                step,
+                group,
+                rows: vec![row(step as f64); n],
+            })
+            .collect();
+        let held: BTreeSet<(u64, usize)> = [(1, 4), (2, 2)].into_iter().collect();
+        let (rows, used) = training_rows(&data, &kept, &held);
+        assert_eq!(used, [(0, 1), (1, 0)]);
+        assert_eq!(rows.len(), 5 + 3 + 2);
+        // Step 2's group is held out: none of its rows (reward 2.0) is in.
+        assert_eq!(rows.iter().filter(|e| e.reward == 2.0).count(), 0);
+        // Holding nothing out fits on everything.
+        let (all, used) = training_rows(&data, &kept, &BTreeSet::new());
+        assert_eq!((all.len(), used.len()), (5 + 10, 4));
+    }
 }

@@ -6,7 +6,10 @@ use wmrl_autoresearch::collect::{collect, evaluate_predictor};
 use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
 use wmrl_autoresearch::onnx_predictor::{FILE_NAME, OnnxPredictor};
-use wmrl_autoresearch::predictor::{Predictor, PredictorConfig};
+use wmrl_autoresearch::predictor::{Example, Predictor, PredictorConfig, PredictorWeights};
+use wmrl_autoresearch::train::{
+    PredictorRefit, REFITS_FILE, RefitRecord, candidate_path, train_with_refit,
+};
 use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
 
 /// The shipped suite, and an executor with a replay cache under `dir`.
@@ -116,25 +119,23 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
                 .all(|e| (0.0..=1.0).contains(&e.heldout_position))
         );
     }
-    // Refitting the predictor on the run's anchors (beyond the paper):
-    // refused without its data; with it, the refitted ONNX file is written
-    // and scores the later steps, so `wmrl`'s world-model rewards differ.
+    // Refitting the predictor on the run's anchors (beyond the paper;
+    // tests below) is refused without its data and weights.
     let refit_cfg = TrainConfig {
         refit_predictor_every: 1,
         ..cfg.clone()
     };
     assert!(train(&refit_cfg, ArArm::Wmrl, 7, &suite, &ex, Some(&onnx), None).is_err());
-    let pcfg = PredictorConfig {
-        epochs: 50,
-        ..Default::default()
-    };
-    let refit = wmrl_autoresearch::train::PredictorRefit {
+    // ... and with weights other than those the run scores with.
+    let other = Predictor::new(64, 99).unwrap();
+    let pcfg = PredictorConfig::default();
+    let refit = PredictorRefit {
+        predictor: &other,
         data: &data,
         config: &pcfg,
         onnx_path: cache.path().join("refit.onnx"),
     };
-    let plain = train(&cfg, ArArm::Wmrl, 7, &suite, &ex, Some(&onnx), None).unwrap();
-    let refitted = wmrl_autoresearch::train::train_with_refit(
+    let err = train_with_refit(
         &refit_cfg,
         ArArm::Wmrl,
         7,
@@ -144,16 +145,19 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         None,
         Some(&refit),
     )
-    .unwrap();
-    assert!(cache.path().join("refit.onnx").exists());
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("not the ONNX predictor"), "{err}");
+    // Both spellings of the schedule at once must agree.
+    let mut both = refit_cfg.clone();
+    both.core.refit.every = 2;
+    assert!(both.resolved().is_err());
+    let resolved = refit_cfg.resolved().unwrap();
     assert_eq!(
-        plain.steps[0], refitted.steps[0],
-        "step 1 scores with the first fit"
+        (resolved.refit_predictor_every, resolved.core.refit.every),
+        (0, 1)
     );
-    assert_ne!(
-        plain.steps[1].mean_reward_seen, refitted.steps[1].mean_reward_seen,
-        "step 2 scores with the refitted predictor"
-    );
+    assert!(resolved.core.refit.gate, "the gate is on by default");
 }
 
 #[test]
@@ -315,4 +319,384 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
         .to_string();
     assert!(err.contains("other settings"), "{err}");
     assert!(err.contains("group_size: 2 then, 3 now"), "{err}");
+}
+
+/// Settings for the refit tests: 3 groups of 4 a step, 2 of them anchors;
+/// the predictor refit every step, judged on the newest anchor group.
+fn refit_settings(steps: usize, gate: bool) -> TrainConfig {
+    let mut cfg = TrainConfig {
+        steps,
+        groups_per_step: 3,
+        group_size: 4,
+        eval_every: 0,
+        eval_samples: 1,
+        ..Default::default()
+    };
+    cfg.core.anchors.min_groups = 2;
+    cfg.core.refit.every = 1;
+    cfg.core.refit.holdout_groups = 1;
+    cfg.core.refit.min_pairs = 1;
+    cfg.core.refit.gate = gate;
+    cfg
+}
+
+fn json(p: &std::path::Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn refit_lines(run: &wmrl_autoresearch::RunDir) -> Vec<RefitRecord> {
+    std::fs::read_to_string(run.dir.join(REFITS_FILE))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The gate refuses a candidate that ranks the held-out anchors worse, the
+/// run then goes on exactly as without refits, the refused fit is still
+/// paid for, and no held-out row was fitted on. The case is constructed:
+/// step 0's anchor groups do not depend on the predictor (the policy has
+/// not moved and anchors are drawn uniformly), so a probe run reads the
+/// held-out group's rows, the incumbent is fitted on them, and the
+/// candidate's data holds them with reversed outcomes. Without the gate
+/// the same candidate goes in: exported, reloaded through ONNX Runtime,
+/// and scoring the next step.
+#[test]
+fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let (suite, ex) = suite_and_executor(dir.path());
+    let seed = 5;
+    let data = collect(&suite, &ex, Split::Train, 1, 3).unwrap();
+    let pcfg = PredictorConfig {
+        epochs: 50,
+        ..Default::default()
+    };
+    let (first, _) = Predictor::train(&pcfg, &data).unwrap();
+    let first_onnx =
+        OnnxPredictor::export_and_load(&first, &dir.path().join("first.onnx")).unwrap();
+    let probe_run = wmrl_autoresearch::RunDir::new(dir.path().join("probe"));
+    let probe_data = PredictorRefit {
+        predictor: &first,
+        data: &data,
+        config: &pcfg,
+        onnx_path: dir.path().join("probe.onnx"),
+    };
+    // One step: the refit after the last step is skipped (nothing would
+    // score with it), but the anchor rows are kept.
+    let probe = train_with_refit(
+        &refit_settings(1, true),
+        ArArm::Wmrl,
+        seed,
+        &suite,
+        &ex,
+        Some(&first_onnx),
+        Some(&probe_run),
+        Some(&probe_data),
+    )
+    .unwrap();
+    assert!(probe.refits.is_empty());
+    assert!(!probe_run.dir.join("probe.onnx").exists());
+    let kept = json(&probe_run.checkpoint().join("state.json"))["kept"].clone();
+    let kept = kept.as_array().unwrap();
+    assert_eq!(kept.len(), 2, "two anchor groups in step 0");
+    let rows = |k: &serde_json::Value| -> Vec<Example> {
+        serde_json::from_value(k["rows"].clone()).unwrap()
+    };
+    let (trained_key, held_key) = (
+        (
+            kept[0]["step"].as_u64().unwrap(),
+            kept[0]["group"].as_u64().unwrap() as usize,
+        ),
+        (
+            kept[1]["step"].as_u64().unwrap(),
+            kept[1]["group"].as_u64().unwrap() as usize,
+        ),
+    );
+    let (trained_rows, held_rows) = (rows(&kept[0]), rows(&kept[1]));
+    let rewards: Vec<f64> = held_rows.iter().map(|e| e.reward).collect();
+    assert!(
+        rewards.iter().any(|&r| r != rewards[0]),
+        "the held-out group must rank something: {rewards:?}"
+    );
+    // The incumbent knows the held-out rows; the candidate's data says the
+    // opposite of them.
+    let repeat = |rows: &[Example], flip: bool| -> Vec<Example> {
+        (0..8)
+            .flat_map(|_| rows.iter().cloned())
+            .map(|mut e| {
+                if flip {
+                    e.reward = 1.0 - e.reward;
+                }
+                e
+            })
+            .collect()
+    };
+    let (incumbent, _) = Predictor::train(
+        &PredictorConfig::default(),
+        &[data.clone(), repeat(&held_rows, false)].concat(),
+    )
+    .unwrap();
+    let incumbent_onnx =
+        OnnxPredictor::export_and_load(&incumbent, &dir.path().join("incumbent.onnx")).unwrap();
+    let poisoned = repeat(&held_rows, true);
+    let fit = PredictorConfig {
+        refit_epochs: 400,
+        refit_lr: 0.01,
+        ..Default::default()
+    };
+    let run_with = |name: &str, cfg: &TrainConfig| {
+        let run = wmrl_autoresearch::RunDir::new(dir.path().join(name));
+        let refit = PredictorRefit {
+            predictor: &incumbent,
+            data: &poisoned,
+            config: &fit,
+            onnx_path: run.dir.join("predictor.onnx"),
+        };
+        let r = train_with_refit(
+            cfg,
+            ArArm::Wmrl,
+            seed,
+            &suite,
+            &ex,
+            Some(&incumbent_onnx),
+            Some(&run),
+            Some(&refit),
+        )
+        .unwrap();
+        (r, run)
+    };
+    let (gated, gated_run) = run_with("gated", &refit_settings(2, true));
+    let mut no_refit = refit_settings(2, true);
+    no_refit.core.refit.every = 0;
+    let (plain, plain_run) = run_with("plain", &no_refit);
+    assert!(!plain_run.dir.join(REFITS_FILE).exists());
+
+    // Refused, on the held-out group's ranking, and recorded.
+    assert_eq!(gated.refits.len(), 1);
+    let rec = &gated.refits[0];
+    let d = &rec.decision;
+    assert_eq!(d.step, 1);
+    assert!(!d.accepted && d.reason.starts_with("refused"), "{d:?}");
+    assert!(d.candidate.unwrap() < d.incumbent.unwrap(), "{d:?}");
+    assert_eq!(refit_lines(&gated_run), gated.refits);
+    // The held-out group was never fitted on: the candidate's rows are its
+    // data and the other anchor group's rows, counted.
+    assert_eq!(rec.held_out, [held_key]);
+    assert_eq!(rec.trained_on, [trained_key]);
+    assert_eq!(rec.held_out_rows, held_rows.len());
+    assert_eq!(rec.anchor_rows, trained_rows.len());
+    assert_eq!(rec.training_rows, poisoned.len() + trained_rows.len());
+    // Dropped: exported beside the predictor path, never installed, and the
+    // run went on exactly as without refits.
+    let path = gated_run.dir.join("predictor.onnx");
+    assert!(candidate_path(&path).exists() && !path.exists());
+    assert_eq!(gated.steps, plain.steps);
+    assert_eq!(gated.evals, plain.evals);
+    // Its cost is in the ledger: one more world-model call scoring the
+    // held-out rows, and the fit's wall and process CPU seconds.
+    let (g, p) = (&gated.ledger, &plain.ledger);
+    assert_eq!(g.wm_calls, p.wm_calls + 1);
+    assert_eq!(g.wm_rollouts, p.wm_rollouts + held_rows.len() as u64);
+    assert!(
+        rec.fit_seconds > 0.0 && rec.fit_cpu_seconds > 0.0,
+        "{rec:?}"
+    );
+    assert!(g.wm_seconds >= rec.fit_seconds);
+    assert_eq!(p.wm_cpu_seconds, 0.0);
+    assert!(g.wm_cpu_seconds >= rec.fit_cpu_seconds);
+    assert_eq!(g.real_executions, p.real_executions);
+
+    // Without the gate the same candidate is installed.
+    let (ungated, ungated_run) = run_with("ungated", &refit_settings(2, false));
+    let rec = &ungated.refits[0];
+    assert!(rec.decision.accepted);
+    assert_eq!(
+        (rec.trained_on.clone(), rec.held_out.clone()),
+        ([trained_key].to_vec(), [held_key].to_vec())
+    );
+    let path = ungated_run.dir.join("predictor.onnx");
+    assert!(path.exists() && !candidate_path(&path).exists());
+    // Reloaded through ONNX Runtime, the installed file is the candidate
+    // the checkpoint keeps, and it ranks the held-out rows reversed.
+    let installed = OnnxPredictor::load(&path).unwrap();
+    let w: PredictorWeights = serde_json::from_value(
+        json(&ungated_run.checkpoint().join("state.json"))["installed"].clone(),
+    )
+    .unwrap();
+    let candle = Predictor::from_weights(&w).unwrap();
+    assert!(
+        wmrl_autoresearch::onnx_predictor::max_abs_diff(&candle, &installed, 64, 1).unwrap() < 1e-5
+    );
+    let xs: Vec<Vec<f32>> = held_rows.iter().map(Example::input).collect();
+    let (before, after) = (
+        incumbent_onnx.predict(&xs).unwrap(),
+        installed.predict(&xs).unwrap(),
+    );
+    let sp = wmrl_autoresearch::predictor::spearman(&before, &after).unwrap();
+    assert!(
+        sp < 0.0,
+        "the candidate reverses the held-out ranking: {sp}"
+    );
+    // Step 1 was scored before the refit, step 2 with the new predictor.
+    assert_eq!(ungated.steps[0], plain.steps[0]);
+    assert_ne!(
+        ungated.steps[1].mean_reward_seen, plain.steps[1].mean_reward_seen,
+        "step 2 scores with the refitted predictor"
+    );
+}
+
+/// A run with refits stopped between them and resumed ends where the
+/// uninterrupted run does: the installed predictor comes back from the
+/// checkpoint (the second refit warm-starts from it), refits.jsonl is cut
+/// back to the checkpoint's length.
+#[test]
+fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
+    use wmrl_autoresearch::RunDir;
+    let dir = tempfile::tempdir().unwrap();
+    let (suite, ex) = suite_and_executor(dir.path());
+    let data = collect(&suite, &ex, Split::Train, 1, 3).unwrap();
+    let pcfg = PredictorConfig {
+        epochs: 50,
+        refit_epochs: 30,
+        ..Default::default()
+    };
+    let (pred, _) = Predictor::train(&pcfg, &data).unwrap();
+    let onnx = OnnxPredictor::export_and_load(&pred, &dir.path().join(FILE_NAME)).unwrap();
+    // Refits after steps 2 and 4 of 5, one anchor group a step, ungated so
+    // that both install.
+    // Evaluations at 0, 3 (where the stopped run ends too) and 5.
+    let mut cfg = TrainConfig {
+        steps: 5,
+        groups_per_step: 2,
+        group_size: 3,
+        eval_every: 3,
+        eval_samples: 1,
+        ..Default::default()
+    };
+    cfg.core.refit.every = 2;
+    cfg.core.refit.holdout_groups = 1;
+    cfg.core.refit.gate = false;
+    let go = |cfg: &TrainConfig, run: &RunDir| {
+        let refit = PredictorRefit {
+            predictor: &pred,
+            data: &data,
+            config: &pcfg,
+            onnx_path: run.dir.join("predictor.onnx"),
+        };
+        train_with_refit(
+            cfg,
+            ArArm::Wmrl,
+            11,
+            &suite,
+            &ex,
+            Some(&onnx),
+            Some(run),
+            Some(&refit),
+        )
+        .unwrap()
+    };
+    let straight_dir = RunDir::new(dir.path().join("straight"));
+    let straight = go(&cfg, &straight_dir);
+    assert_eq!(
+        straight
+            .refits
+            .iter()
+            .map(|r| (r.decision.step, r.decision.accepted))
+            .collect::<Vec<_>>(),
+        [(2, true), (4, true)]
+    );
+    // Stopped after step 3, between the refits, with a refit line its
+    // process wrote after the checkpoint.
+    let cut = RunDir::new(dir.path().join("cut"));
+    go(
+        &TrainConfig {
+            steps: 3,
+            ..cfg.clone()
+        },
+        &cut,
+    );
+    std::fs::remove_file(cut.summary()).unwrap();
+    let state = cut.checkpoint().join("state.json");
+    let mut v = json(&state);
+    assert_eq!(v["step"], 3);
+    assert!(v["installed"].is_object(), "the refit of step 2 is kept");
+    v["ledger"]["eval_seconds"] = serde_json::json!(12345.0);
+    std::fs::write(&state, v.to_string()).unwrap();
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(cut.dir.join(REFITS_FILE))
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"{\"step\": 4, \"acc").unwrap();
+    drop(f);
+    // And the installed file overwritten, as a later refit would: the
+    // checkpoint's weights are what comes back.
+    std::fs::copy(dir.path().join(FILE_NAME), cut.dir.join("predictor.onnx")).unwrap();
+    let resumed = go(&cfg, &cut);
+    assert!(resumed.ledger.eval_seconds > 12345.0, "not resumed");
+    assert_eq!(resumed.steps, straight.steps);
+    assert_eq!(resumed.evals, straight.evals);
+    assert_eq!(resumed.ledger.labels, straight.ledger.labels);
+    assert_eq!(resumed.ledger.wm_rollouts, straight.ledger.wm_rollouts);
+    // The refits agree but for their timings.
+    let untimed = |rs: &[RefitRecord]| -> Vec<RefitRecord> {
+        rs.iter()
+            .map(|r| RefitRecord {
+                fit_seconds: 0.0,
+                fit_cpu_seconds: 0.0,
+                ..r.clone()
+            })
+            .collect()
+    };
+    assert_eq!(untimed(&resumed.refits), untimed(&straight.refits));
+    assert_eq!(untimed(&refit_lines(&cut)), untimed(&straight.refits));
+    let text = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
+    assert_eq!(text(cut.metrics()), text(straight_dir.metrics()));
+    assert_eq!(text(cut.eval()), text(straight_dir.eval()));
+}
+
+/// Settings the benches recorded before the shared refit still read; the
+/// ungated refit's settings resolve to a different run than they record.
+#[test]
+fn committed_autoresearch_settings_still_read() {
+    use wmrl_autoresearch::bench::BenchConfig;
+    let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let mut benches = 0;
+    for e in std::fs::read_dir(&results).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let cfg = e.path().join("bench_config.json");
+        if !name.starts_with("autoresearch_bench") || !cfg.exists() {
+            continue;
+        }
+        benches += 1;
+        let b: BenchConfig = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
+        let resolved = b.train.resolved().unwrap();
+        assert_eq!(
+            resolved.core.refit.every,
+            b.train.refit_predictor_every.max(b.train.core.refit.every)
+        );
+        if b.train.refit_predictor_every == 0 {
+            assert_eq!(resolved, b.train, "{}: recorded resolved", cfg.display());
+        }
+        for arm in ArArm::ALL {
+            let run = e.path().join(arm.name()).join("seed0").join("config.json");
+            if run.exists() {
+                let t: TrainConfig = serde_json::from_str(&std::fs::read_to_string(&run).unwrap())
+                    .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
+                assert_eq!(t.resolved().unwrap(), resolved, "{}", run.display());
+            }
+        }
+        if name == "autoresearch_bench_refit4" {
+            assert_eq!(b.train.refit_predictor_every, 4);
+            assert_ne!(
+                serde_json::to_value(&b.train).unwrap(),
+                serde_json::to_value(&resolved).unwrap()
+            );
+        }
+    }
+    assert!(
+        benches >= 2,
+        "found {benches} benches in {}",
+        results.display()
+    );
 }

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The label page in a real browser (docs/labels.md): a three-step run whose
+# The label page in real browsers (docs/labels.md): a three-step run whose
 # anchor labels people give (`labels.source = "human"`), labelled through
-# the page in headless Chromium with keyboard and mouse from the simulator's
-# hidden flag, the trainer and the page server killed and restarted
-# half-way; it must end with the simulator-label run's metrics, every label
-# used once. Screenshots are kept in $WMRL_ARTIFACTS/labels (default
-# runs/artifacts/labels). Chromium, chromedriver and Selenium come from
+# the page with keyboard and mouse from the simulator's hidden flag, in
+# headless Chromium (the trainer and the page server killed and restarted
+# half-way) and then headless Firefox; it must end with the simulator-label
+# run's metrics, every label used once. Screenshots are kept in $WMRL_ARTIFACTS/labels (default
+# runs/artifacts/labels). The browsers and their drivers come from
 # scripts/setup.d/80-browser.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,13 +1,17 @@
-"""The label page in a real browser (scripts/checks.d/60-labels.sh).
+"""The label page in real browsers (scripts/checks.d/60-labels.sh).
 
 A short run on the embedded simulator takes its anchor labels from people
-(`labels.source = "human"`); headless Chromium, driven through Selenium and
-Debian's chromedriver, labels every anchor rollout on the page with the
-keyboard and the mouse, reading the answer from the simulator's hidden flag
-(labels/sim_flags.jsonl, which the page server never reads). Half-way the
-trainer and the page server are killed and restarted while the page stays
-open. The run must end with the same metrics as the same run with the
+(`labels.source = "human"`). Headless Chromium, driven through Selenium and
+Debian's chromedriver, labels the first two steps' anchor rollouts on the
+page with the keyboard and the mouse, reading the answer from the
+simulator's hidden flag (labels/sim_flags.jsonl, which the page server never
+reads); half-way the trainer and the page server are killed and restarted
+while the page stays open. Headless Firefox, driven through its own
+WebDriver BiDi endpoint (Debian packages no geckodriver), labels the last
+step's. The run must end with the same metrics as the same run with the
 simulator's labels (wall-clock fields aside), with every label recorded once.
+Both browsers send everything but loopback to a proxy on 127.0.0.1:9 (refused),
+so nothing leaves the machine.
 
     python3 scripts/lib/label_page_test.py BIN ROOT ARTIFACTS
 """
@@ -19,7 +23,11 @@ import socket
 import subprocess
 import sys
 import time
+import base64
+import shutil
+import tempfile
 
+import websocket
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -98,7 +106,7 @@ PORT = free_port()
 
 def start_server():
     p = subprocess.Popen([BIN, "label", "serve", "--run", human_dir,
-                          "--bind", f"127.0.0.1:{PORT}"],
+                          "--bind", f"127.0.0.1:{PORT}", "--lease-secs", "10"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     procs.append(p)
     line = p.stdout.readline()
@@ -115,27 +123,138 @@ def flags():
     return {f["id"]: f["success"] for f in jsonl(os.path.join(labels_dir, "sim_flags.jsonl"))}
 
 
-opts = webdriver.ChromeOptions()
-opts.binary_location = "/usr/bin/chromium"
-for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-          "--disable-gpu", "--window-size=1280,900"]:
-    opts.add_argument(a)
-driver = None
+class Chromium:
+    """Headless Chromium through Selenium and Debian's chromedriver."""
+
+    def __init__(self, url):
+        opts = webdriver.ChromeOptions()
+        opts.binary_location = "/usr/bin/chromium"
+        for a in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                  "--disable-gpu", "--window-size=1280,900", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--disable-default-apps",
+                  "--proxy-server=127.0.0.1:9"]:
+            opts.add_argument(a)
+        self.d = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+        self.d.get(url)
+        self.body = self.d.find_element(By.TAG_NAME, "body")
+
+    def current(self):
+        return self.d.find_element(By.ID, "item-id").get_attribute("data-id")
+
+    def key(self, k):
+        self.body.send_keys(k)
+
+    def click(self, element_id):
+        self.d.find_element(By.ID, element_id).click()
+
+    def shot(self, name):
+        self.d.save_screenshot(os.path.join(ART, name))
+
+    def leave(self):
+        self.d.get("about:blank")
+
+    def quit(self):
+        self.d.quit()
+
+
+class Firefox:
+    """Headless Firefox through its built-in WebDriver BiDi endpoint."""
+
+    def __init__(self, url):
+        self.profile = tempfile.mkdtemp(prefix="wmrl-ff-")
+        prefs = {
+            "network.proxy.type": 1, "network.proxy.http": "127.0.0.1",
+            "network.proxy.http_port": 9, "network.proxy.ssl": "127.0.0.1",
+            "network.proxy.ssl_port": 9, "network.dns.disablePrefetch": True,
+            "network.captive-portal-service.enabled": False,
+            "network.connectivity-service.enabled": False,
+            "app.normandy.enabled": False,
+            "messaging-system.rsexperimentloader.enabled": False,
+            "datareporting.policy.dataSubmissionEnabled": False,
+            "toolkit.telemetry.enabled": False,
+        }
+        with open(os.path.join(self.profile, "user.js"), "w") as f:
+            for k, v in prefs.items():
+                f.write(f"user_pref({json.dumps(k)}, {json.dumps(v)});\n")
+        port = free_port()
+        self.proc = subprocess.Popen(
+            ["firefox-esr", "--headless", "--no-remote", "--profile", self.profile,
+             f"--remote-debugging-port={port}", "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(ROOT, "firefox.log"), "w"))
+        procs.append(self.proc)
+        self.ws = wait_for("Firefox's BiDi endpoint", lambda: self._connect(port), timeout=60, every=0.5)
+        self.n = 0
+        self.call("session.new", {"capabilities": {}})
+        self.ctx = self.call("browsingContext.getTree", {})["contexts"][0]["context"]
+        self.call("browsingContext.setViewport",
+                  {"context": self.ctx, "viewport": {"width": 1280, "height": 800}})
+        self.call("browsingContext.navigate", {"context": self.ctx, "url": url, "wait": "complete"})
+
+    @staticmethod
+    def _connect(port):
+        try:
+            return websocket.create_connection(f"ws://127.0.0.1:{port}/session",
+                                               timeout=30, suppress_origin=True)
+        except (OSError, websocket.WebSocketException):
+            return None
+
+    def call(self, method, params):
+        self.n += 1
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            m = json.loads(self.ws.recv())
+            if m.get("id") == self.n:
+                assert m.get("type") == "success", m
+                return m["result"]
+
+    def eval(self, expr):
+        r = self.call("script.evaluate", {"expression": expr, "awaitPromise": False,
+                                          "target": {"context": self.ctx}})
+        return r["result"].get("value")
+
+    def current(self):
+        return self.eval("document.getElementById('item-id').dataset.id")
+
+    def key(self, k):
+        self.call("input.performActions", {"context": self.ctx, "actions": [
+            {"type": "key", "id": "kb", "actions": [
+                {"type": "keyDown", "value": k}, {"type": "keyUp", "value": k}]}]})
+
+    def click(self, element_id):
+        box = self.eval(f"(() => {{ const r = document.getElementById('{element_id}')"
+                        ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        x, y = (int(v["value"]) for v in box)
+        self.call("input.performActions", {"context": self.ctx, "actions": [
+            {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+             "actions": [{"type": "pointerMove", "x": x, "y": y},
+                         {"type": "pointerDown", "button": 0},
+                         {"type": "pointerUp", "button": 0}]}]})
+
+    def shot(self, name):
+        data = self.call("browsingContext.captureScreenshot", {"context": self.ctx})["data"]
+        with open(os.path.join(ART, name), "wb") as f:
+            f.write(base64.b64decode(data))
+
+    def quit(self):
+        try:
+            self.call("browser.close", {})
+        except Exception:  # already gone
+            pass
+        self.proc.wait(timeout=30)
+        shutil.rmtree(self.profile, ignore_errors=True)
+
+
+chromium = firefox = None
 try:
     t0 = time.time()
     trainer = start_trainer(resume=False)
     wait_for("the run's config.toml",
              lambda: os.path.exists(os.path.join(human_dir, "config.toml")))
     server, url = start_server()
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-    driver.get(url + "?labeller=tester")
-    body = driver.find_element(By.TAG_NAME, "body")
-
-    def current():
-        return driver.find_element(By.ID, "item-id").get_attribute("data-id")
-
-    def shot(name):
-        driver.save_screenshot(os.path.join(ART, name))
+    chromium = Chromium(url + "?labeller=tester")
+    page = chromium
+    d = chromium.d
 
     done = []           # ids labelled, in order
     restarted = False
@@ -143,51 +262,55 @@ try:
     while len(done) < STEPS * 4:
         # The page moves on after the label is on disk: never back to one.
         rid = wait_for("a new rollout on the page",
-                       lambda: (c := current()) and c not in done and c, timeout=240)
+                       lambda: (c := page.current()) and c not in done and c, timeout=240)
         truth = wait_for(f"the hidden flag of {rid}", lambda: rid in flags() and flags())[rid]
         key, button = ("s", "success") if truth else ("f", "failure")
         if not scrubbed:
             # Scrub with the keyboard, then drag the slider with the mouse.
             for _ in range(60):
-                body.send_keys(Keys.ARROW_LEFT)
+                chromium.body.send_keys(Keys.ARROW_LEFT)
             for _ in range(3):
-                body.send_keys(Keys.ARROW_RIGHT)
-            n = int(driver.find_element(By.ID, "frame-no").text.split(" / ")[1])
-            assert driver.find_element(By.ID, "frame-no").text == f"{min(4, n)} / {n}"
-            slider = driver.find_element(By.ID, "scrub")
-            ActionChains(driver).click_and_hold(slider).move_by_offset(40, 0).release().perform()
-            driver.find_element(By.ID, "speed").send_keys("2")
-            driver.find_element(By.ID, "instruction").click()
+                chromium.body.send_keys(Keys.ARROW_RIGHT)
+            n = int(d.find_element(By.ID, "frame-no").text.split(" / ")[1])
+            assert d.find_element(By.ID, "frame-no").text == f"{min(4, n)} / {n}"
+            slider = d.find_element(By.ID, "scrub")
+            ActionChains(d).click_and_hold(slider).move_by_offset(40, 0).release().perform()
+            d.find_element(By.ID, "speed").send_keys("2")
+            d.find_element(By.ID, "instruction").click()
             time.sleep(0.3)
-            shot("label-page.png")
+            page.shot("label-page.png")
             scrubbed = True
+        if page is firefox and len(done) == 8:
+            time.sleep(1.0)
+            page.shot("label-page-firefox.png")
         if len(done) == 7:
             # Mid-run, after the restart: counts and plots filled in (the
             # picture in docs/labels.md).
             time.sleep(3.5)
-            shot("label-page-labelling.png")
+            page.shot("label-page-labelling.png")
         if not undone:
             # A wrong label, undone with Z: the same rollout comes back.
-            body.send_keys("f" if truth else "s")
-            wait_for("the next page state", lambda: current() != rid)
-            body.send_keys("z")
-            wait_for("the undone rollout back", lambda: current() == rid)
+            page.key("f" if truth else "s")
+            wait_for("the next page state", lambda: page.current() != rid)
+            page.key("z")
+            wait_for("the undone rollout back", lambda: page.current() == rid)
             undone = True
         elif not unsure and len(done) % 4 == 1:
             # Unsure sends it back to the queue; it returns after the others.
-            driver.find_element(By.ID, "unsure").click()
-            wait_for("another rollout", lambda: current() != rid)
+            page.click("unsure")
+            wait_for("another rollout", lambda: page.current() != rid)
             unsure = True
             continue
         if len(done) % 2 == 0:
-            body.send_keys(key)
+            page.key(key)
         else:
-            driver.find_element(By.ID, button).click()
+            page.click(button)
+        who = "firefox" if page is firefox else "tester"
         wait_for(f"{rid} recorded", lambda: any(
-            r["id"] == rid and r["label"] == button
+            r["id"] == rid and r["label"] == button and r["labeller"] == who
             for r in jsonl(os.path.join(labels_dir, "labels.jsonl"))))
         done.append(rid)
-        log(f"labelled {rid} {button} ({len(done)}/{STEPS * 4})")
+        log(f"{who} labelled {rid} {button} ({len(done)}/{STEPS * 4})")
         if len(done) == 6 and not restarted:
             # Step 0's four labels are used, two of step 1's are given: kill
             # the trainer and the page server, restart both; the page stays.
@@ -195,20 +318,27 @@ try:
             kill(trainer)
             kill(server)
             time.sleep(2.5)
-            shot("label-page-server-down.png")
+            page.shot("label-page-server-down.png")
             trainer = start_trainer(resume=True)
             server, _ = start_server()
             restarted = True
             log("trainer and page server restarted")
-    shot("label-page-done.png")
+        if len(done) == 8:
+            # The last step in Firefox.
+            chromium.leave()
+            firefox = Firefox(url + "?labeller=firefox")
+            page = firefox
+            log(f"Firefox takes over ({time.time() - t0:.0f} s in)")
+    page.shot("label-page-done.png")
     rc = trainer.wait(timeout=max(1, DEADLINE - time.time()))
     assert rc == 0, f"the human-label run failed ({rc}); see {ROOT}/trainer.log"
     time.sleep(3.5)  # one refresh of the counts and plots
-    shot("label-page-finished.png")
-    log(f"human-label run with the browser: {time.time() - t0:.0f} s")
+    page.shot("label-page-finished.png")
+    log(f"human-label run with the browsers: {time.time() - t0:.0f} s")
 finally:
-    if driver is not None:
-        driver.quit()
+    for b in [chromium, firefox]:
+        if b is not None:
+            b.quit()
     for p in procs:
         if p.poll() is None:
             kill(p)
@@ -221,7 +351,8 @@ fl = flags()
 assert all((c["label"] == "success") == fl[c["id"]] for c in consumed), "a label differs from the flag"
 records = jsonl(os.path.join(labels_dir, "labels.jsonl"))
 assert sum(r["label"] == "retract" for r in records) == 1, records
-assert all(r["labeller"] == "tester" and r["seconds_to_label"] >= 0 for r in records)
+assert all(r["seconds_to_label"] >= 0 for r in records)
+assert sum(r["labeller"] == "firefox" for r in records) == 4, records
 
 
 def strip(v):

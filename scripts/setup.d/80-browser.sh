@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The real browser the label page is tested in (scripts/checks.d/60-labels.sh):
+# The real browsers the label page is tested in (scripts/checks.d/60-labels.sh):
 # Debian's Chromium, its WebDriver (chromedriver) and Selenium's Python
-# bindings, all from Debian so that the three match and nothing is fetched
-# outside the package manager (Selenium Manager's browser downloads are
-# never used: the test names /usr/bin/chromium and /usr/bin/chromedriver).
+# bindings; Firefox ESR, driven through its own WebDriver BiDi endpoint with
+# a WebSocket client (Debian packages no geckodriver). All from Debian, so
+# that they match and nothing is fetched outside the package manager
+# (Selenium Manager's downloads are never used: the test names
+# /usr/bin/chromium and /usr/bin/chromedriver).
 set -euo pipefail
 need=()
-for pkg in chromium chromium-driver python3-selenium; do
+for pkg in chromium chromium-driver python3-selenium firefox-esr python3-websocket; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -16,3 +18,4 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 /usr/bin/python3 -c "import selenium; print('selenium', selenium.__version__)"
 /usr/bin/chromium --version 2>/dev/null
+firefox-esr --version 2>/dev/null

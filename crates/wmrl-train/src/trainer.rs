@@ -190,6 +190,17 @@ impl Trainer {
         }
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
         let toml = cfg.to_toml()?;
+        // People's labels left by a run that stopped before its first
+        // checkpoint belong to these rollouts only if the settings are the
+        // same (same ids, same rollouts); otherwise they would be misread.
+        if dir.join(crate::labels::DIR).exists()
+            && std::fs::read_to_string(files.config_toml()).ok().as_deref() != Some(&toml)
+        {
+            return Err(TrainError::RunDir {
+                path: dir.display().to_string(),
+                message: "holds people's labels (labels/) of a run with other settings; pick another --out, or move labels/ away".into(),
+            });
+        }
         let policy = load_policy(&cfg.policy)?;
         // Everything is loaded before the run directory is touched.
         let track = RobotTrack::open(cfg, files, policy, None, 0)?;

@@ -50,3 +50,29 @@ fn architecture_md_names_every_workspace_crate_and_renders() {
         }
     }
 }
+
+#[test]
+fn the_label_guide_is_linked_and_its_screenshot_is_there() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    assert!(
+        readme.contains("(docs/labels.md)"),
+        "README.md links docs/labels.md"
+    );
+    let doc = std::fs::read_to_string(root.join("docs/labels.md")).unwrap();
+    let images: Vec<&str> = doc
+        .split("](")
+        .skip(1)
+        .filter_map(|s| s.split(')').next())
+        .filter(|t| t.ends_with(".png"))
+        .collect();
+    assert!(!images.is_empty(), "docs/labels.md shows the page");
+    for img in images {
+        let p = root.join("docs").join(img);
+        let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(bytes.starts_with(b"\x89PNG"), "{} is a PNG", p.display());
+    }
+    for needle in ["wmrl label serve --run", "labels.source", "labels.wait"] {
+        assert!(doc.contains(needle), "docs/labels.md names {needle}");
+    }
+}

@@ -10,9 +10,16 @@ use candle_nn::{VarBuilder, VarMap};
 use wmrl_core::Arm;
 use wmrl_policy::{Policy, PolicyConfig};
 use wmrl_train::metrics::{RefitRecord, StepMetrics, read_all};
+use wmrl_train::rollout::Keep;
 use wmrl_train::wm_refit;
 use wmrl_train::{TrainConfig, Trainer};
 use wmrl_worldmodel::{NetConfig, ProgressNet, export_onnx};
+
+/// Collect with each chunk's head inputs kept.
+const KEEP_FEATURES: Keep = Keep {
+    features: true,
+    wrist: false,
+};
 
 const IMAGE: u32 = 64;
 
@@ -503,13 +510,27 @@ fn skipping_frames_between_policy_calls_changes_no_rollout_or_evaluation() {
         })
         .collect();
     for limit in [0, 13] {
-        let (fast, _) =
-            wmrl_train::rollout::collect(&policy, &mut make(), &specs, 1.0, limit, 7, false)
-                .expect("collect");
+        let (fast, _) = wmrl_train::rollout::collect(
+            &policy,
+            &mut make(),
+            &specs,
+            1.0,
+            limit,
+            7,
+            Keep::default(),
+        )
+        .expect("collect");
         let mut slow_env = AlwaysObserve(Box::new(make()));
-        let (slow, _) =
-            wmrl_train::rollout::collect(&policy, &mut slow_env, &specs, 1.0, limit, 7, false)
-                .expect("collect");
+        let (slow, _) = wmrl_train::rollout::collect(
+            &policy,
+            &mut slow_env,
+            &specs,
+            1.0,
+            limit,
+            7,
+            Keep::default(),
+        )
+        .expect("collect");
         assert_eq!(fast.len(), slow.len());
         for (a, b) in fast.iter().zip(&slow) {
             assert_eq!((a.success, a.steps), (b.success, b.steps), "limit {limit}");
@@ -680,11 +701,13 @@ fn a_rollout_whose_worker_died_is_rerun_whole_and_marked() {
             seed: 9 + i as u64,
         })
         .collect();
-    let (clean, _) = wmrl_train::rollout::collect(&policy, &mut make(), &specs, 0.0, 0, 3, true)
-        .expect("collect");
+    let (clean, _) =
+        wmrl_train::rollout::collect(&policy, &mut make(), &specs, 0.0, 0, 3, KEEP_FEATURES)
+            .expect("collect");
     let mut env = DiesOnce::new(Box::new(make()), 5);
     let (faulty, _) =
-        wmrl_train::rollout::collect(&policy, &mut env, &specs, 0.0, 0, 3, true).expect("collect");
+        wmrl_train::rollout::collect(&policy, &mut env, &specs, 0.0, 0, 3, KEEP_FEATURES)
+            .expect("collect");
     assert_eq!(
         faulty.iter().map(|r| r.restarts).collect::<Vec<_>>(),
         vec![1, 0, 0]

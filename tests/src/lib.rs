@@ -5,6 +5,9 @@
 //! - `e2e`: tiny GRPO runs of every arm through the embedded simulator, a
 //!   candle policy, an ONNX world model through ONNX Runtime and the
 //!   correction loop (ledger, flat groups, frozen parameters, resume);
+//! - `human_labels`: runs whose anchor labels come from people through the
+//!   label files (a waiting run ends as the simulator run; late labels are
+//!   taken once);
 //! - `shipped_policy`: models/policy-tiny loads and solves the episodes its
 //!   model card records.
 //!

@@ -45,6 +45,9 @@ enum Command {
     Quickstart(cmd::quickstart::Args),
     /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
     ServeSim(cmd::serve_sim::Args),
+    /// Labels from people: `label serve --run DIR` serves the page on which
+    /// people label a run's anchor rollouts (`labels.source = "human"`).
+    Label(cmd::label::Args),
     /// AutoResearch track: MLE-Dojo-style competitions, sandboxed execution,
     /// outcome predictor, `train --arm {real,wm,wmrl}`, `bench --seeds 5` (resumable).
     Autoresearch(cmd::autoresearch::Args),
@@ -71,6 +74,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => cmd::bench::run(args),
         Command::Quickstart(args) => cmd::quickstart::run(args),
         Command::ServeSim(args) => cmd::serve_sim::run(args),
+        Command::Label(args) => cmd::label::run(args),
         Command::Autoresearch(args) => cmd::autoresearch::run(args),
     }
 }

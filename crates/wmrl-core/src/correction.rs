@@ -170,6 +170,54 @@ impl CorrectionLoop {
         &self.refit_anchors[self.refit_anchors.len() - k..]
     }
 
+    /// Anchor groups whose real outcomes arrived after their step (labels
+    /// from people when the trainer does not wait for them): each group's
+    /// raw world-model scores and real outcomes go into the calibration
+    /// and, measured on the calibrated residual, into the anchor weight,
+    /// as a group graded in its own step would; its rewards and advantages
+    /// are long used. Returns the labels taken.
+    pub fn late_labels(&mut self, groups: &[crate::refit::AnchorGroup]) -> Result<usize> {
+        // Checked whole before any is taken.
+        for crate::refit::AnchorGroup {
+            wm: xs, real: ys, ..
+        } in groups
+        {
+            if xs.len() != ys.len() {
+                return Err(CoreError::Shape(format!(
+                    "late labels: {} world-model scores for {} real outcomes",
+                    xs.len(),
+                    ys.len()
+                )));
+            }
+            check_finite("late world_model", xs)?;
+            check_finite("late real", ys)?;
+        }
+        let mut used = 0;
+        for crate::refit::AnchorGroup {
+            wm: xs, real: ys, ..
+        } in groups
+        {
+            used += xs.len();
+            if !self.arm.uses_world_model() || xs.is_empty() {
+                continue;
+            }
+            if self.arm.calibrates() {
+                self.calibrator.push(xs, ys)?;
+            }
+            if xs.len() >= 2 && self.arm.weights() {
+                let d = if self.arm.calibrates() {
+                    self.calibrator.apply(xs)?
+                } else {
+                    xs.clone()
+                };
+                if let Some(s2) = group_disagreement(&d, ys, self.cfg.weight.min_var)? {
+                    self.weight.observe(s2)?;
+                }
+            }
+        }
+        Ok(used)
+    }
+
     /// After a refit: forget the gathered groups and, if the candidate was
     /// accepted (and `refit.restart_calibration`), restart the calibration
     /// from the held-out groups' real outcomes paired with the new model's

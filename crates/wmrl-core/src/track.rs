@@ -25,6 +25,14 @@ pub trait Track: Sized {
     /// their cost to `ledger`.
     fn rollouts(&mut self, step: usize, ledger: &mut Ledger) -> Result<Self::Batch, Self::Error>;
 
+    /// Real outcomes that arrived since their step, for anchor groups
+    /// graded late (labels from people when the trainer does not wait):
+    /// each group with its raw world-model scores and real outcomes, taken
+    /// once when step `step` (0-based) begins. None by default.
+    fn late_labels(&mut self, _step: usize) -> Result<Vec<crate::AnchorGroup>, Self::Error> {
+        Ok(Vec::new())
+    }
+
     /// The number of rollouts in each of the batch's groups.
     fn group_sizes(&self, batch: &Self::Batch) -> Vec<usize>;
 
@@ -171,6 +179,10 @@ impl<T: Track> Run<T> {
     /// labels it used charged to the ledger, [`Track::scored`], the update.
     pub fn train_step(&mut self) -> Result<Step<T>, T::Error> {
         let index = self.step;
+        let late = self.track.late_labels(index)?;
+        if !late.is_empty() {
+            self.ledger.labels += self.core.late_labels(&late)? as u64;
+        }
         let batch = self.track.rollouts(index, &mut self.ledger)?;
         let sizes = self.track.group_sizes(&batch);
         let outcome = {

@@ -3,8 +3,8 @@
 
 use wmrl_core::rng::SplitMix64;
 use wmrl_core::{
-    AnchorConfig, Arm, CalibrationConfig, CalibrationMode, CoreConfig, CoreError, CorrectionLoop,
-    Diagnostics, ScorerError, Scorers, WeightConfig, group_disagreement,
+    AnchorConfig, AnchorGroup, Arm, CalibrationConfig, CalibrationMode, CoreConfig, CoreError,
+    CorrectionLoop, Diagnostics, ScorerError, Scorers, WeightConfig, group_disagreement,
 };
 
 /// Each step draws fresh groups: a group level, then rollouts around it, with
@@ -307,4 +307,75 @@ fn bad_input_gives_typed_errors() {
             .to_string()
             .contains("fractoin")
     );
+}
+
+/// The real scorer of a step whose labels are not there yet: every anchor
+/// rollout ungraded.
+struct NotYet<'a>(&'a mut Synthetic);
+
+impl Scorers for NotYet<'_> {
+    fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError> {
+        self.0.world_model(groups)
+    }
+    fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
+        Ok(groups
+            .iter()
+            .map(|&g| vec![None; self.0.real[g].len()])
+            .collect())
+    }
+}
+
+#[test]
+fn labels_that_arrive_late_correct_the_calibration_and_weight_as_on_time_ones() {
+    let mut cfg = config(0.25);
+    cfg.calibration.min_pairs = 16;
+    cfg.calibration.refit_every = 8;
+    let anchors = [1, 5];
+    let sizes = vec![8; 8];
+    let mut on_time = CorrectionLoop::new(cfg.clone(), Arm::Wmrl, 3).expect("loop");
+    let mut late = CorrectionLoop::new(cfg, Arm::Wmrl, 3).expect("loop");
+    let mut a = Synthetic::new(11, 8, convex, 0.05);
+    let mut b = Synthetic::new(11, 8, convex, 0.05);
+    for _ in 0..6 {
+        a.draw(8);
+        b.draw(8);
+        let s = on_time
+            .step_with_anchors(&sizes, &anchors, &mut a)
+            .expect("step");
+        assert_eq!(s.stats.labels_used, 16);
+        let s = late
+            .step_with_anchors(&sizes, &anchors, &mut NotYet(&mut b))
+            .expect("step");
+        assert_eq!(s.stats.labels_used, 0, "nothing graded in its step");
+        let groups: Vec<AnchorGroup> = anchors
+            .iter()
+            .map(|&g| AnchorGroup {
+                step: 0,
+                group: g,
+                wm: b.wm[g].clone(),
+                real: b.real[g].clone(),
+            })
+            .collect();
+        assert_eq!(late.late_labels(&groups).expect("late"), 16);
+    }
+    let pa: Vec<(f64, f64)> = on_time.calibrator().pairs().collect();
+    let pb: Vec<(f64, f64)> = late.calibrator().pairs().collect();
+    assert_eq!(pa.len(), 96);
+    assert_eq!(pa, pb);
+    let (ma, mb) = (on_time.calibrator().map(), late.calibrator().map());
+    assert!(ma.is_some(), "fitted");
+    assert_eq!(ma.map(|m| m.knots()), mb.map(|m| m.knots()));
+    assert_eq!(
+        on_time.anchor_weight().weight(),
+        late.anchor_weight().weight()
+    );
+    // A shape mismatch is refused, and nothing is taken.
+    let bad = vec![AnchorGroup {
+        step: 0,
+        group: 0,
+        wm: vec![0.1, 0.2],
+        real: vec![1.0],
+    }];
+    assert!(late.late_labels(&bad).is_err());
+    assert_eq!(late.calibrator().pairs().count(), 96);
 }

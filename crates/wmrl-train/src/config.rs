@@ -358,6 +358,50 @@ impl EvalSection {
     }
 }
 
+/// Where the real outcomes of anchor rollouts come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum LabelSource {
+    /// The simulator's success flag (every run before labels from people).
+    #[default]
+    Sim,
+    /// People, through the label page (`wmrl label serve --run DIR`,
+    /// docs/labels.md): the simulator's flag is never shown to them.
+    Human,
+}
+
+/// The label source of a robot run (`[labels]`; absent from config.toml
+/// while it is the default, so runs made before it read and compare as
+/// they did).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LabelsSection {
+    pub source: LabelSource,
+    /// With `human`: a step waits until every anchor rollout of it is
+    /// labelled (true), or goes on at once with the labels already given
+    /// (false: an anchor group without all its labels counts as ungraded
+    /// and its rollouts keep the world model's scores).
+    pub wait: bool,
+    /// How often a waiting trainer looks for new labels.
+    pub poll_ms: u64,
+}
+
+impl Default for LabelsSection {
+    fn default() -> Self {
+        Self {
+            source: LabelSource::Sim,
+            wait: true,
+            poll_ms: 500,
+        }
+    }
+}
+
+impl LabelsSection {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
 /// Everything one `wmrl train` run needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -377,6 +421,10 @@ pub struct TrainConfig {
     /// The method: anchors, calibration, weight, advantages.
     pub wmrl: CoreConfig,
     pub eval: EvalSection,
+    /// Where anchor rollouts' real outcomes come from (default: the
+    /// simulator).
+    #[serde(skip_serializing_if = "LabelsSection::is_default")]
+    pub labels: LabelsSection,
 }
 
 impl Default for TrainConfig {
@@ -393,6 +441,7 @@ impl Default for TrainConfig {
             world_model: WorldModelSection::default(),
             wmrl: CoreConfig::default(),
             eval: EvalSection::default(),
+            labels: LabelsSection::default(),
         }
     }
 }
@@ -557,6 +606,9 @@ impl TrainConfig {
                     self.update.loss.temperature, r.temperature
                 ),
             ));
+        }
+        if self.labels.poll_ms == 0 {
+            return Err(bad("labels.poll_ms", "must be at least 1"));
         }
         let c = &self.update.credit;
         if !(c.weight >= 0.0 && c.weight.is_finite()) {

@@ -29,6 +29,8 @@ pub enum TrainError {
     },
     #[error("run directory {path}: {message}")]
     RunDir { path: String, message: String },
+    #[error("labels: {0}")]
+    Labels(#[from] crate::labels::LabelError),
     #[error("report: {0}")]
     Report(String),
 }

@@ -10,6 +10,7 @@ pub mod config;
 pub mod credit;
 pub mod device;
 mod error;
+pub mod labels;
 pub mod metrics;
 pub mod plot;
 pub mod rollout;
@@ -18,7 +19,8 @@ pub mod trainer;
 pub mod wm_refit;
 
 pub use config::{
-    CreditConfig, CreditSource, EnvConfig, LiberoEnvConfig, LossNorm, TrainConfig, make_env,
+    CreditConfig, CreditSource, EnvConfig, LabelSource, LabelsSection, LiberoEnvConfig, LossNorm,
+    TrainConfig, make_env,
 };
 pub use device::{DeviceChoice, Placement};
 pub use error::{Result, TrainError};

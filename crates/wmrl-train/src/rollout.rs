@@ -41,6 +41,10 @@ pub struct Rollout {
     pub chunks: Vec<ChunkRecord>,
     /// Agent-view frames at every policy call and the last one.
     pub frames: Vec<Frame>,
+    /// The wrist camera's frames at the same observations, kept only when
+    /// the collection was asked to ([`Keep::wrist`]: the label page shows
+    /// them); empty otherwise or without a wrist camera.
+    pub wrist: Vec<Frame>,
     /// The environment's oracle progress at the same observations as
     /// `frames` (`None` where the environment has no oracle, e.g. the real
     /// LIBERO simulator).
@@ -49,6 +53,15 @@ pub struct Rollout {
     pub steps: usize,
     /// Times the environment restarted this episode (dead worker).
     pub restarts: usize,
+}
+
+/// What a collection keeps beyond what the update and the world model need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// Each chunk's head inputs ([`ChunkRecord::features`]).
+    pub features: bool,
+    /// The wrist camera's frames ([`Rollout::wrist`]).
+    pub wrist: bool,
 }
 
 /// Counters of one collection.
@@ -67,8 +80,8 @@ pub struct CollectStats {
 /// Run every episode in `specs` with `policy` sampling at `temperature`, in
 /// waves of `num_envs` slots ([`Schedule::Waves`] of the shared runner,
 /// [`wmrl_policy::episodes`]). Deterministic for a given `seed` and
-/// environment. `keep_features` records each chunk's head inputs
-/// ([`ChunkRecord::features`]); the samples are the same either way.
+/// environment. `keep` says what else is recorded ([`Keep`]); the samples
+/// are the same either way.
 pub fn collect(
     policy: &Policy,
     env: &mut dyn VecEnv,
@@ -76,12 +89,13 @@ pub fn collect(
     temperature: f32,
     max_steps: usize,
     seed: u64,
-    keep_features: bool,
+    keep: Keep,
 ) -> Result<(Vec<Rollout>, CollectStats)> {
     let tasks = env.spec().tasks.clone();
     let env_limit = tasks.iter().map(|t| t.max_steps).max().unwrap_or(0);
     let limit = if max_steps == 0 { env_limit } else { max_steps };
-    let mut keep = Keeper {
+    let mut keeper = Keeper {
+        wrist: keep.wrist,
         rollouts: specs
             .iter()
             .map(|&spec| Rollout {
@@ -92,6 +106,7 @@ pub fn collect(
                     .unwrap_or_default(),
                 chunks: Vec::new(),
                 frames: Vec::new(),
+                wrist: Vec::new(),
                 progress: Vec::new(),
                 success: false,
                 steps: 0,
@@ -112,12 +127,12 @@ pub fn collect(
         max_steps: limit.max(1),
         // The world model scores the last frame of an episode the cap ends.
         observe_at_cap: true,
-        keep_features,
+        keep_features: keep.features,
         ..RunOptions::new(temperature, seed)
     };
-    let stats = run_episodes(policy, env, &requests, &opts, &mut keep)?;
+    let stats = run_episodes(policy, env, &requests, &opts, &mut keeper)?;
     Ok((
-        keep.rollouts,
+        keeper.rollouts,
         CollectStats {
             env_steps: stats.env_steps,
             policy_calls: stats.policy_rows,
@@ -133,6 +148,7 @@ pub fn collect(
 /// the frames and oracle progress at every policy call and the last step.
 struct Keeper {
     rollouts: Vec<Rollout>,
+    wrist: bool,
 }
 
 impl EpisodeObserver for Keeper {
@@ -148,6 +164,11 @@ impl EpisodeObserver for Keeper {
         if let Some(f) = input.frames.first() {
             r.frames.push(f.clone());
             r.progress.push(obs.progress);
+            if self.wrist
+                && let Some(w) = obs.frames.get(1)
+            {
+                r.wrist.push(w.clone());
+            }
         }
         r.chunks.push(ChunkRecord {
             input,
@@ -178,6 +199,11 @@ impl EpisodeObserver for Keeper {
         if ended && let Some(f) = obs.frames.first() {
             r.frames.push(f.clone());
             r.progress.push(obs.progress);
+            if self.wrist
+                && let Some(w) = obs.frames.get(1)
+            {
+                r.wrist.push(w.clone());
+            }
         }
     }
     fn restarted(&mut self, ep: usize, _obs: &Observation) {
@@ -186,6 +212,7 @@ impl EpisodeObserver for Keeper {
         let r = &mut self.rollouts[ep];
         r.chunks.clear();
         r.frames.clear();
+        r.wrist.clear();
         r.progress.clear();
         r.steps = 0;
         r.success = false;

@@ -23,10 +23,11 @@ use wmrl_policy::{
 };
 use wmrl_worldmodel::{RolloutFrames, WorldModel};
 
-use crate::config::{CreditSource, LossNorm, TrainConfig};
+use crate::config::{CreditSource, LabelSource, LossNorm, TrainConfig};
 use crate::error::io_err;
+use crate::labels::queue::HumanLabels;
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
-use crate::rollout::{EpisodeSpec, Rollout, collect};
+use crate::rollout::{EpisodeSpec, Keep, Rollout, collect};
 use crate::wm_refit::{self, RefitSetup, WmRefit};
 use crate::{Result, TrainError};
 
@@ -94,6 +95,10 @@ pub struct RobotTrack {
     refitted: Option<PathBuf>,
     /// When the current step began.
     step_started: Instant,
+    /// The step being run (0-based), for the label queue's ids.
+    step: usize,
+    /// Labels from people (`labels.source = "human"`).
+    human: Option<HumanLabels>,
 }
 
 /// What one robot GRPO update did.
@@ -185,6 +190,17 @@ impl Trainer {
         }
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
         let toml = cfg.to_toml()?;
+        // People's labels left by a run that stopped before its first
+        // checkpoint belong to these rollouts only if the settings are the
+        // same (same ids, same rollouts); otherwise they would be misread.
+        if dir.join(crate::labels::DIR).exists()
+            && std::fs::read_to_string(files.config_toml()).ok().as_deref() != Some(&toml)
+        {
+            return Err(TrainError::RunDir {
+                path: dir.display().to_string(),
+                message: "holds people's labels (labels/) of a run with other settings; pick another --out, or move labels/ away".into(),
+            });
+        }
         let policy = load_policy(&cfg.policy)?;
         // Everything is loaded before the run directory is touched.
         let track = RobotTrack::open(cfg, files, policy, None, 0)?;
@@ -407,6 +423,13 @@ impl RobotTrack {
         };
         let world_model = load_world_model(&cfg, &model_path)?;
         let env = make_env(&cfg)?;
+        let human = (cfg.labels.source == LabelSource::Human).then(|| {
+            HumanLabels::new(
+                &files.dir,
+                cfg.labels.wait,
+                std::time::Duration::from_millis(cfg.labels.poll_ms),
+            )
+        });
         Ok(Self {
             cfg,
             files,
@@ -418,6 +441,8 @@ impl RobotTrack {
             refit,
             refitted,
             step_started: Instant::now(),
+            step: steps_done,
+            human,
         })
     }
 
@@ -558,6 +583,7 @@ impl Track for RobotTrack {
 
     fn rollouts(&mut self, step: usize, ledger: &mut Ledger) -> Result<Vec<Rollout>> {
         self.step_started = Instant::now();
+        self.step = step;
         let specs = self.draw_specs(step);
         let head_only = self.head_only();
         let (rollouts, cstats) = collect(
@@ -567,7 +593,11 @@ impl Track for RobotTrack {
             self.cfg.rollout.temperature,
             self.cfg.rollout.max_steps,
             mix(self.cfg.seed, 0xC0_11EC7 + step as u64),
-            head_only,
+            Keep {
+                features: head_only,
+                // The label page shows both cameras.
+                wrist: self.human.is_some(),
+            },
         )?;
         ledger.record(
             Stage::PolicySample,
@@ -585,6 +615,13 @@ impl Track for RobotTrack {
         Ok(rollouts)
     }
 
+    fn late_labels(&mut self, step: usize) -> Result<Vec<wmrl_core::AnchorGroup>> {
+        match &self.human {
+            Some(h) => Ok(h.late(step, self.cfg.rollout.group_size)?),
+            None => Ok(Vec::new()),
+        }
+    }
+
     fn group_sizes(&self, _: &Vec<Rollout>) -> Vec<usize> {
         vec![self.cfg.rollout.group_size; self.cfg.rollout.n_groups]
     }
@@ -596,6 +633,8 @@ impl Track for RobotTrack {
     ) -> RolloutScorers<'a> {
         RolloutScorers {
             rollouts: batch,
+            step: self.step,
+            human: self.human.as_ref(),
             group_size: self.cfg.rollout.group_size,
             wm: self.world_model.as_mut(),
             mode: self.cfg.world_model.mode,
@@ -612,7 +651,7 @@ impl Track for RobotTrack {
         ledger: &mut Ledger,
     ) -> Result<()> {
         match &mut self.refit {
-            Some(r) => r.keep(step, batch, &outcome.anchors, ledger),
+            Some(r) => r.keep(step, batch, &outcome.anchors, &outcome.real, ledger),
             None => Ok(()),
         }
     }
@@ -1031,6 +1070,9 @@ pub fn read_summary(dir: &Path) -> Result<RunSummary> {
 /// The two scorers of the correction loop over a step's rollouts.
 pub struct RolloutScorers<'a> {
     rollouts: &'a [Rollout],
+    step: usize,
+    /// Labels from people; `None`: the simulator's flag.
+    human: Option<&'a HumanLabels>,
     group_size: usize,
     wm: Option<&'a mut WorldModel>,
     mode: wmrl_worldmodel::ScoreMode,
@@ -1070,6 +1112,15 @@ impl Scorers for RolloutScorers<'_> {
     }
 
     fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
+        if let Some(h) = self.human {
+            return Ok(h.real(
+                self.step,
+                groups,
+                self.group_size,
+                self.rollouts,
+                self.wm_scores.as_deref(),
+            )?);
+        }
         Ok(groups
             .iter()
             .map(|&g| {

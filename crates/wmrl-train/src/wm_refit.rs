@@ -269,26 +269,34 @@ impl WmRefit {
     }
 
     /// Keep the rollouts of step `step`'s anchor groups (written once to
-    /// the run directory), dropping the oldest beyond the cap. The time
-    /// goes to the ledger's world-model stage (no call counted).
+    /// the run directory) with the real outcomes the correction loop read
+    /// (`real`, in the order of `anchors`: the simulator's flag or a
+    /// person's label; an ungraded rollout is not kept), dropping the
+    /// oldest beyond the cap. The time goes to the ledger's world-model
+    /// stage (no call counted).
     pub fn keep(
         &mut self,
         step: usize,
         rollouts: &[Rollout],
         anchors: &[usize],
+        real: &[Vec<Option<f64>>],
         ledger: &mut Ledger,
     ) -> Result<()> {
         let t = Stopwatch::start();
-        let mut groups = anchors.to_vec();
-        groups.sort_unstable();
+        let mut groups: Vec<(usize, &Vec<Option<f64>>)> =
+            anchors.iter().copied().zip(real).collect();
+        groups.sort_unstable_by_key(|&(g, _)| g);
         let dir = self.anchors_dir();
-        for g in groups {
+        for (g, outcomes) in groups {
             let members = rollouts
                 .get(g * self.group_size..(g + 1) * self.group_size)
                 .ok_or_else(|| {
                     TrainError::Report(format!("anchor group {g} is not in the step"))
                 })?;
             for (i, r) in members.iter().enumerate() {
+                let Some(y) = outcomes.get(i).copied().flatten() else {
+                    continue;
+                };
                 let frames = uniform_indices(r.frames.len(), self.num_frames)
                     .into_iter()
                     .map(|k| r.frames[k].clone())
@@ -299,7 +307,7 @@ impl WmRefit {
                     member: i,
                     instruction: r.instruction.clone(),
                     frames,
-                    success: r.success,
+                    success: y > 0.5,
                     path: PathBuf::new(),
                 };
                 let index = step * self.per_step + g * self.group_size + i;

@@ -106,3 +106,40 @@ fn chunk_credit_settings_are_checked() {
         assert!(err.to_string().contains(key), "{name}: {err}");
     }
 }
+
+#[test]
+fn the_label_source_is_absent_by_default_and_old_configs_compare_equal() {
+    // A run directory's config.toml written before `[labels]` existed (no
+    // such section) reads as a fresh default and compares equal to it.
+    let default = TrainConfig::default();
+    let old = default.to_toml().expect("toml");
+    assert!(!old.contains("labels"), "the default writes no [labels]");
+    let read = TrainConfig::from_toml(&old, "old config.toml").expect("reads");
+    assert_eq!(read, default);
+    assert_eq!(read.first_difference(&default), None);
+    assert_eq!(read.labels.source, wmrl_train::LabelSource::Sim);
+    // A human-label run names its section, differs by that key, and
+    // round-trips; unknown keys in it are refused.
+    let mut human = default.clone();
+    human.labels.source = wmrl_train::LabelSource::Human;
+    human.labels.wait = false;
+    let text = human.to_toml().expect("toml");
+    assert!(
+        text.contains("[labels]") && text.contains("source = \"human\""),
+        "{text}"
+    );
+    assert_eq!(
+        TrainConfig::from_toml(&text, "human").expect("reads"),
+        human
+    );
+    let d = human.first_difference(&default).expect("differs");
+    assert!(d.contains("labels"), "{d}");
+    let bad = "[labels]\nsource = \"human\"\nsorce = 1\n";
+    let e = TrainConfig::from_toml(bad, "bad").expect_err("unknown key");
+    assert!(e.to_string().contains("sorce"), "{e}");
+    let e =
+        TrainConfig::from_toml("[labels]\nsource = \"crowd\"\n", "bad").expect_err("bad source");
+    assert!(e.to_string().contains("crowd"), "{e}");
+    let e = TrainConfig::from_toml("[labels]\npoll_ms = 0\n", "bad").expect_err("bad poll");
+    assert!(e.to_string().contains("labels.poll_ms"), "{e}");
+}

@@ -60,6 +60,7 @@ fn group(step: usize, g: usize, mislabel: bool) -> Vec<Rollout> {
                 instruction: synthetic::TASKS[task].into(),
                 chunks: Vec::new(),
                 frames,
+                wrist: Vec::new(),
                 progress: Vec::new(),
                 success: looks != mislabel,
                 steps: n,
@@ -126,7 +127,16 @@ fn keep_step(
 ) -> Vec<Vec<Rollout>> {
     let groups: Vec<Vec<Rollout>> = (0..GROUPS).map(|g| group(step, g, mislabel)).collect();
     let flat: Vec<Rollout> = groups.iter().flatten().cloned().collect();
-    r.keep(step, &flat, &[1, 0], ledger).unwrap();
+    let real: Vec<Vec<Option<f64>>> = [1, 0]
+        .iter()
+        .map(|&g: &usize| {
+            groups[g]
+                .iter()
+                .map(|m| Some(f64::from(u8::from(m.success))))
+                .collect()
+        })
+        .collect();
+    r.keep(step, &flat, &[1, 0], &real, ledger).unwrap();
     groups
 }
 

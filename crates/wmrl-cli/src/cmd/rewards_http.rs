@@ -19,9 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use wmrl_autoresearch::rewards::{PROTOCOL, RewardReply, RewardRequest, RewardService};
 
-use self::http1::{Refusal, read_head, read_to, send_continue, write_json};
-
-mod http1;
+use super::http1::{Refusal, read_head, read_to, send_continue, write_json};
 
 /// Largest request body accepted (a group of long solutions is far less).
 pub const MAX_BODY: u64 = 16 << 20;

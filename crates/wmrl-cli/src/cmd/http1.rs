@@ -1,7 +1,9 @@
-//! The little of HTTP/1.1 the reward service speaks: one request per
-//! connection, its line and headers capped in size and time, one JSON
-//! reply, then close (after letting the client finish sending, so that a
-//! refused client reads its reply rather than a reset).
+//! The little of HTTP/1.1 the reward service and the label page speak
+//! (`wmrl autoresearch serve-rewards`, `wmrl label serve`): one request
+//! per connection, its line and headers capped in size and time, one reply
+//! (JSON, or a page or an image), then close (after letting the client
+//! finish sending, so that a refused client reads its reply rather than a
+//! reset).
 //!
 //! This module must never read more than a cap allows: a body is read only
 //! by [`read_to`], up to a length the caller has accepted.
@@ -18,7 +20,7 @@ const HEAD_DEADLINE: Duration = Duration::from_secs(30);
 const LINGER: Duration = Duration::from_secs(2);
 
 /// A request line and the headers the service reads.
-pub(super) struct Head {
+pub(crate) struct Head {
     pub method: String,
     pub target: String,
     pub content_length: Option<u64>,
@@ -29,7 +31,7 @@ pub(super) struct Head {
 
 /// A request refused before it reached the service: a status and why.
 #[derive(Debug)]
-pub(super) struct Refusal {
+pub(crate) struct Refusal {
     pub status: u16,
     pub message: String,
 }
@@ -45,7 +47,7 @@ impl Refusal {
 
 /// Why reading stopped.
 #[derive(Debug)]
-pub(super) enum ReadError {
+pub(crate) enum ReadError {
     Closed,
     TimedOut,
     Io(std::io::Error),
@@ -102,7 +104,7 @@ fn read_some(
 }
 
 /// Read until `buf` holds `len` bytes (never more: `len` is at most the cap).
-pub(super) fn read_to(
+pub(crate) fn read_to(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     len: usize,
@@ -117,7 +119,7 @@ pub(super) fn read_to(
 
 /// Read the request line and headers; returns them and whatever of the
 /// body came with them.
-pub(super) fn read_head(stream: &mut TcpStream) -> Result<(Head, Vec<u8>), Option<Refusal>> {
+pub(crate) fn read_head(stream: &mut TcpStream) -> Result<(Head, Vec<u8>), Option<Refusal>> {
     let deadline = Instant::now() + HEAD_DEADLINE;
     let mut buf = Vec::new();
     let end = loop {
@@ -186,9 +188,11 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         408 => "Request Timeout",
+        409 => "Conflict",
         411 => "Length Required",
         413 => "Content Too Large",
         417 => "Expectation Failed",
@@ -200,20 +204,31 @@ fn reason(status: u16) -> &'static str {
 }
 
 /// Tell a client that sent `Expect: 100-continue` to send its body.
-pub(super) fn send_continue(stream: &mut TcpStream) -> std::io::Result<()> {
+pub(crate) fn send_continue(stream: &mut TcpStream) -> std::io::Result<()> {
     stream.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
 }
 
 /// Write a JSON reply, close the sending side, and let the client finish
 /// sending (bounded), so that it reads the reply rather than a reset.
-pub(super) fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+pub(crate) fn write_json(stream: &mut TcpStream, status: u16, body: &str) -> std::io::Result<()> {
+    write_reply(stream, status, "application/json", body.as_bytes())
+}
+
+/// Write a reply of any content type, then close as [`write_json`] does.
+/// Nothing is cached: the page and its data change as labels come in.
+pub(crate) fn write_reply(
+    stream: &mut TcpStream,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
     let head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
         reason(status),
         body.len()
     );
     stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
+    stream.write_all(body)?;
     stream.flush()?;
     stream.shutdown(Shutdown::Write)?;
     let deadline = Instant::now() + LINGER;

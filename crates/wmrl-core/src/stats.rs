@@ -17,6 +17,104 @@ pub fn t_975(df: usize) -> f64 {
     }
 }
 
+/// The two-sided `level` quantile of Student's t with `df` degrees of
+/// freedom: the `t` with `P(|T| <= t) = level` (for `level = 0.95`, the
+/// 97.5% quantile; for a Bonferroni correction over `k` comparisons,
+/// `level = 1 - 0.05 / k`). Infinite for `df = 0`.
+pub fn t_two_sided(level: f64, df: usize) -> f64 {
+    assert!(
+        (0.0..1.0).contains(&level),
+        "a two-sided level in [0, 1), not {level}"
+    );
+    if df == 0 {
+        return f64::INFINITY;
+    }
+    let nu = df as f64;
+    // P(|T| > t) = I_{nu / (nu + t^2)}(nu / 2, 1 / 2), falling in t.
+    let tail = |t: f64| reg_inc_beta(nu / 2.0, 0.5, nu / (nu + t * t));
+    let (mut lo, mut hi) = (0.0_f64, 1.0_f64);
+    while tail(hi) > 1.0 - level {
+        hi *= 2.0;
+    }
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if tail(mid) > 1.0 - level {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// `ln Γ(x)` for `x > 0` (Lanczos, g = 7, nine terms; about 15 digits).
+fn ln_gamma(x: f64) -> f64 {
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        // Reflection: Γ(x) Γ(1 - x) = π / sin(πx).
+        return (std::f64::consts::PI / (std::f64::consts::PI * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + 7.5;
+    let sum = C[1..]
+        .iter()
+        .enumerate()
+        .fold(C[0], |acc, (i, c)| acc + c / (x + i as f64 + 1.0));
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + sum.ln()
+}
+
+/// The regularised incomplete beta function `I_x(a, b)` (continued
+/// fraction, Lentz's method, on the side where it converges fast).
+fn reg_inc_beta(a: f64, b: f64, x: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    let front =
+        (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp();
+    if x < (a + 1.0) / (a + b + 2.0) {
+        front * beta_fraction(a, b, x) / a
+    } else {
+        1.0 - front * beta_fraction(b, a, 1.0 - x) / b
+    }
+}
+
+fn beta_fraction(a: f64, b: f64, x: f64) -> f64 {
+    const TINY: f64 = 1e-300;
+    let guard = |v: f64| if v.abs() < TINY { TINY } else { v };
+    let mut c = 1.0;
+    let mut d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0));
+    let mut h = d;
+    for m in 1..=300 {
+        let m = m as f64;
+        let even = m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m));
+        d = 1.0 / guard(1.0 + even * d);
+        c = guard(1.0 + even / c);
+        h *= d * c;
+        let odd = -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0));
+        d = 1.0 / guard(1.0 + odd * d);
+        c = guard(1.0 + odd / c);
+        let step = d * c;
+        h *= step;
+        if (step - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    h
+}
+
 /// Mean with a 95% interval over independent values (seeds).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct MeanCi {
@@ -28,6 +126,16 @@ pub struct MeanCi {
 
 impl MeanCi {
     pub fn of(xs: &[f64]) -> Option<Self> {
+        Self::with_quantile(xs, t_975)
+    }
+
+    /// [`MeanCi::of`] at another two-sided level (`0.9875` for a 95%
+    /// family of four comparisons, Bonferroni), with the exact t quantile.
+    pub fn of_at(xs: &[f64], level: f64) -> Option<Self> {
+        Self::with_quantile(xs, |df| t_two_sided(level, df))
+    }
+
+    fn with_quantile(xs: &[f64], t: impl Fn(usize) -> f64) -> Option<Self> {
         if xs.is_empty() {
             return None;
         }
@@ -42,7 +150,7 @@ impl MeanCi {
             });
         }
         let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
-        let half = t_975(n - 1) * (var / n as f64).sqrt();
+        let half = t(n - 1) * (var / n as f64).sqrt();
         Some(Self {
             mean,
             lo: mean - half,
@@ -162,6 +270,37 @@ mod tests {
                 .expect("ci")
                 .overlaps(&MeanCi::of(&[0.9, 0.9, 0.9]).expect("ci"))
         );
+    }
+
+    #[test]
+    fn t_quantiles_match_published_values() {
+        // scipy.stats.t.ppf(1 - (1 - level) / 2, df)
+        for (level, df, want) in [
+            (0.95, 1, 12.706_204_736),
+            (0.95, 4, 2.776_445_105),
+            (0.95, 9, 2.262_157_163),
+            (0.95, 30, 2.042_272_456),
+            (0.9875, 1, 50.923_036_636),
+            (0.9875, 4, 4.314_656_049),
+            (0.9875, 9, 3.110_934_823),
+            (0.99, 2, 9.924_843_201),
+            (0.5, 3, 0.764_892_328),
+        ] {
+            let got = t_two_sided(level, df);
+            assert!(
+                (got - want).abs() < 1e-6 * want,
+                "level {level} df {df}: {got} against {want}"
+            );
+        }
+        assert!(t_two_sided(0.95, 0).is_infinite());
+        for df in 1..=30 {
+            assert!((t_two_sided(0.95, df) - t_975(df)).abs() < 6e-4, "df {df}");
+        }
+        let xs = [0.3, 0.4, 0.5];
+        let wide = MeanCi::of_at(&xs, 0.9875).expect("ci");
+        let narrow = MeanCi::of_at(&xs, 0.95).expect("ci");
+        assert!(wide.lo < narrow.lo && wide.hi > narrow.hi);
+        assert!((narrow.hi - MeanCi::of(&xs).expect("ci").hi).abs() < 1e-4);
     }
 
     #[test]

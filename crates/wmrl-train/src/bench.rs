@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use wmrl_core::Arm;
 
+use crate::confirm::{Confirm, confirm_section};
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::plot::{Series, line_plot};
 use crate::stats::MeanCi;
@@ -229,8 +230,15 @@ fn mean_series(points: Vec<Vec<(f64, f64)>>) -> Vec<(f64, f64)> {
 }
 
 /// Write `report.md` and its PNG plots into the bench directory; returns the
-/// success-rate table as text.
-pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str) -> Result<String> {
+/// success-rate table as text. `confirms` are the bench's pre-registered
+/// comparisons (a section of their own; none: no section).
+pub fn write_report(
+    bench: &Path,
+    arms: &[BenchArm],
+    seeds: &[u64],
+    title: &str,
+    confirms: &[Confirm],
+) -> Result<String> {
     let results = collect_results(bench, arms, seeds)?;
     if results.is_empty() {
         return Err(TrainError::Report(format!(
@@ -575,6 +583,10 @@ pub fn write_report(bench: &Path, arms: &[BenchArm], seeds: &[u64], title: &str)
         md,
         "## Success rate\n\nA run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"
     );
+    let confirmed = confirm_section(&results, confirms, seeds.len())?;
+    if !confirmed.is_empty() {
+        let _ = writeln!(md, "{confirmed}");
+    }
     let _ = writeln!(
         md,
         "## Paired differences (held-out, by seed)\n\n| difference | seeds | greedy, points (95% t-interval) | verdict | sampled, points (95% t-interval) | verdict |\n|---|---|---|---|---|---|\n{paired_md}"
@@ -719,5 +731,52 @@ mod tests {
         assert_eq!(s.n, 2);
         assert!(s.mean.abs() < 1e-9, "+0.10 and -0.10: {}", s.mean);
         assert_eq!(s.verdict(), "interval spans 0: not resolved");
+    }
+
+    #[test]
+    fn confirmatory_section_judges_the_sampled_measure_once_every_seed_is_in() {
+        let with = |seed: u64, greedy: f64, sampled: f64| {
+            let mut r = summary(seed, greedy);
+            r.heldout_sampled = Some(wmrl_policy::RateSummary::new(
+                (sampled * 100.0).round() as usize,
+                100,
+            ));
+            r
+        };
+        // a - b sampled: +4, +5, +6 points (greedy: -10 each).
+        let a = result(
+            "a",
+            vec![with(0, 0.3, 0.44), with(1, 0.3, 0.35), with(2, 0.3, 0.56)],
+        );
+        let b = result(
+            "b",
+            vec![with(0, 0.4, 0.40), with(1, 0.4, 0.30), with(2, 0.4, 0.50)],
+        );
+        let results = vec![a, b];
+        let confirms: Vec<Confirm> = ["a-b:mean>=3,low>2", "a-b:low>0", "b-a:low>0"]
+            .iter()
+            .map(|s| s.parse().expect("spec"))
+            .collect();
+        let md = confirm_section(&results, &confirms, 3).expect("section");
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
+        assert_eq!(rows.len(), 3, "{md}");
+        assert!(md.contains("98.33%"), "{md}");
+        assert!(md.contains("sampled success"), "{md}");
+        // +5.0 [+2.5, +7.5] at 95%; lower at the family level, below 2.
+        assert!(rows[0].contains("+5.0 [+2.5, +7.5]"), "{}", rows[0]);
+        assert!(rows[0].ends_with("met at 95% only: not with the correction |"));
+        assert!(
+            rows[1].ends_with("met, also with the correction |"),
+            "{}",
+            rows[1]
+        );
+        assert!(rows[2].ends_with("not met |"), "{}", rows[2]);
+        // Planned five seeds, three finished: nothing is judged yet.
+        let early = confirm_section(&results, &confirms, 5).expect("section");
+        assert!(early.contains("incomplete: 3 of 5 seeds"), "{early}");
+        assert!(!early.contains("| met"), "{early}");
+        assert!(confirm_section(&results, &[], 3).expect("none").is_empty());
+        let unknown: Confirm = "a-c:low>0".parse().expect("spec");
+        assert!(confirm_section(&results, &[unknown], 3).is_err());
     }
 }

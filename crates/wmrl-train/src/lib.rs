@@ -7,6 +7,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod confirm;
 pub mod credit;
 pub mod device;
 mod error;

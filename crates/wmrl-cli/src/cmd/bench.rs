@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 
 use anyhow::Context;
@@ -44,6 +44,18 @@ pub struct Args {
     /// (repeatable; TOML values).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// A confirmatory comparison decided before the runs,
+    /// `A-B:mean>=X,low>Y` in percentage points on the primary measure
+    /// (repeatable): report.md judges each at 95% and at the family's
+    /// Bonferroni level once every seed has finished, e.g.
+    /// `--confirm wmrl_mix-sparse:mean>=3,low>0`.
+    #[arg(long = "confirm", value_name = "A-B:CRITERIA")]
+    pub confirms: Vec<wmrl_train::confirm::Confirm>,
+    /// Start no run: write report.md from the runs that have finished
+    /// (unfinished seeds count as planned but missing, so a confirmatory
+    /// comparison stays incomplete).
+    #[arg(long)]
+    pub report_only: bool,
     /// Title of report.md.
     #[arg(long, default_value = "wmrl bench")]
     pub title: String,
@@ -105,6 +117,8 @@ struct Job<'a> {
     arm: Option<&'a BenchArm>,
     seed: u64,
     fresh: Option<wmrl_train::TrainConfig>,
+    /// Training steps the run takes in all (0 for the start run).
+    steps: u64,
 }
 
 /// Resolve a run's job, refusing to resume a run whose config.toml no
@@ -116,6 +130,7 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
         return Ok(Job {
             arm,
             seed,
+            steps: cfg.steps as u64,
             fresh: Some(cfg),
         });
     }
@@ -132,7 +147,18 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
         arm,
         seed,
         fresh: None,
+        steps: have.steps as u64,
     })
+}
+
+/// Training steps a run directory has finished so far (the lines of its
+/// metrics.jsonl, at most `steps`; a fresh job's directory is cleared when
+/// it starts, so it counts from 0 then).
+fn steps_done(dir: &Path, steps: u64) -> u64 {
+    let n = std::fs::read(dir.join("metrics.jsonl"))
+        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
+        .unwrap_or(0);
+    n.min(steps)
 }
 
 /// Start one `wmrl train` child for `job`.
@@ -188,6 +214,18 @@ pub fn bench_arms(arms: &str, variants: &[String]) -> anyhow::Result<Vec<BenchAr
 pub fn run(args: Args) -> anyhow::Result<()> {
     let arms = bench_arms(&args.arms, &args.variants)?;
     let seeds: Vec<u64> = (0..args.seeds).collect();
+    // A confirmatory comparison must name two of the bench's arms: said
+    // before any run, not in the report at the end.
+    let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
+    for c in &args.confirms {
+        c.arms(&names)?;
+    }
+    if args.report_only {
+        let table = write_report(&args.out, &arms, &seeds, &args.title, &args.confirms)?;
+        println!("{table}");
+        println!("report: {}", args.out.join("report.md").display());
+        return Ok(());
+    }
     // Every run's config is resolved (and a resumed run's checked against
     // it) before any work starts: a bad override fails here, once.
     let mut todo: Vec<Job> = Vec::new();
@@ -209,8 +247,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
-    let bar = Progress::new("bench", todo.len() as u64, "runs", true);
-    let mut running: Vec<(Option<&BenchArm>, u64, Child)> = Vec::new();
+    // Progress in training steps across the runs, so that the rate and ETA
+    // move while a long run works (a run counts as done steps only from its
+    // metrics.jsonl; a resumed run's finished steps are not this session's).
+    let total: u64 = todo.iter().map(|j| j.steps).sum();
+    let (n_runs, mut runs_done) = (todo.len(), 0usize);
+    let bar = Progress::new("bench", total, "steps", true);
+    let mut finished_steps = 0u64;
+    bar.set_position(
+        todo.iter()
+            .filter(|j| j.fresh.is_none())
+            .map(|j| steps_done(&place(&args, j.arm, j.seed).0, j.steps))
+            .sum(),
+    );
+    bar.set_message(format!("0/{n_runs} runs"));
+    let mut last_count = std::time::Instant::now();
+    let mut running: Vec<(Option<&BenchArm>, u64, Child, u64)> = Vec::new();
     let mut failed = Vec::new();
     let mut queue = todo.into_iter();
     loop {
@@ -219,11 +271,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             // A run that cannot start is a failed run; the others go on
             // (and are waited for).
             match spawn(&args, &j) {
-                Ok(child) => running.push((j.arm, j.seed, child)),
+                Ok(child) => running.push((j.arm, j.seed, child, j.steps)),
                 Err(e) => {
                     let (_, name) = place(&args, j.arm, j.seed);
                     failed.push(format!("{name} (could not start: {e:#})"));
-                    bar.inc(1);
+                    finished_steps += j.steps;
+                    runs_done += 1;
                 }
             }
         }
@@ -234,7 +287,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut i = 0;
         while i < running.len() {
             if let Some(status) = running[i].2.try_wait()? {
-                let (arm, s, _) = running.remove(i);
+                let (arm, s, _, steps) = running.remove(i);
+                finished_steps += steps;
+                runs_done += 1;
                 if !status.success() {
                     failed.push(match arm {
                         Some(a) => format!(
@@ -246,14 +301,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         None => format!("start (see {}/start.log)", args.out.display()),
                     });
                 }
-                bar.inc(1);
             } else {
                 i += 1;
             }
         }
+        if last_count.elapsed() >= std::time::Duration::from_secs(2) || running.is_empty() {
+            last_count = std::time::Instant::now();
+            let mut now = finished_steps;
+            let mut names = Vec::new();
+            for (arm, s, _, steps) in &running {
+                let (dir, name) = place(&args, *arm, *s);
+                let d = steps_done(&dir, *steps);
+                now += d;
+                names.push(format!("{name} {d}/{steps}"));
+            }
+            // Finished runs and those already counted never go back.
+            bar.set_position(now);
+            bar.set_message(format!(
+                "{runs_done}/{n_runs} runs; running {}",
+                names.join(", ")
+            ));
+        }
     }
     bar.finish();
-    let table = write_report(&args.out, &arms, &seeds, &args.title)?;
+    let table = write_report(&args.out, &arms, &seeds, &args.title, &args.confirms)?;
     println!("{table}");
     println!("report: {}", args.out.join("report.md").display());
     anyhow::ensure!(failed.is_empty(), "runs failed: {}", failed.join(", "));
@@ -280,6 +351,46 @@ mod tests {
         let mut argv = vec!["bench", "--config", config];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv).map(|c| c.args)
+    }
+
+    #[test]
+    fn progress_counts_a_runs_finished_steps_from_its_metrics() {
+        let dir = std::env::temp_dir().join(format!("wmrl-bench-steps-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        assert_eq!(steps_done(&dir, 50), 0, "no metrics yet");
+        std::fs::write(dir.join("metrics.jsonl"), "{}\n{}\n{}\n{\"partial").expect("write");
+        assert_eq!(
+            steps_done(&dir, 50),
+            3,
+            "a line being written is not a step"
+        );
+        assert_eq!(steps_done(&dir, 2), 2, "never more than the run's steps");
+        std::fs::remove_dir_all(&dir).expect("clean");
+    }
+
+    #[test]
+    fn confirmatory_comparisons_parse_and_must_name_the_benchs_arms() {
+        let a = args(&[
+            "--arms",
+            "sparse,dense_raw",
+            "--confirm",
+            "dense_raw-sparse:low>0",
+            "--confirm",
+            "dense_raw-sparse:mean>=3",
+        ])
+        .expect("parse");
+        assert_eq!(a.confirms.len(), 2);
+        assert!(args(&["--confirm", "dense_raw-sparse:above0"]).is_err());
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("bench");
+        let mut bad = args(&["--arms", "sparse", "--confirm", "wmrl-sparse:low>0"]).expect("parse");
+        bad.out = out.clone();
+        let err = run(bad).expect_err("wmrl is not an arm of this bench");
+        assert!(
+            err.to_string().contains("not two of the bench's arms"),
+            "{err}"
+        );
+        assert!(!out.exists(), "refused before anything was written");
     }
 
     #[test]

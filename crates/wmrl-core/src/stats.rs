@@ -309,6 +309,9 @@ mod tests {
         let (lo, hi) = wilson(5, 10);
         assert!((lo - 0.2366).abs() < 1e-4 && (hi - 0.7634).abs() < 1e-4);
         assert_eq!(wilson(0, 0), (0.0, 1.0));
+        // 0/10: (0, 0.2775)
+        let (lo, hi) = wilson(0, 10);
+        assert!(lo == 0.0 && (hi - 0.2775).abs() < 1e-4, "{lo} {hi}");
     }
 
     #[test]

@@ -183,7 +183,7 @@ impl EvalReport {
     }
 }
 
-pub use wmrl_core::stats::wilson_interval;
+use wmrl_core::stats::wilson_interval;
 
 /// What evaluation keeps of a running episode.
 #[derive(Clone)]

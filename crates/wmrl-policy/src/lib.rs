@@ -45,7 +45,7 @@ pub use config::{ACTION_DIM, Decoding, PolicyConfig};
 pub use error::{PolicyError, Result};
 pub use eval::{
     EpisodeResult, EvalConfig, EvalReport, RateSummary, TaskResult, evaluate,
-    evaluate_with_progress, wilson_interval, write_gif,
+    evaluate_with_progress, write_gif,
 };
 pub use grpo::{GrpoBatch, GrpoConfig, GrpoStats, grpo_loss, nll_loss};
 pub use input::{PolicyInput, normalize_proprio, resize_frame};

@@ -12,9 +12,9 @@ use wmrl_core::Arm;
 use crate::confirm::{Confirm, confirm_section};
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::plot::{Series, line_plot};
-use crate::stats::MeanCi;
 use crate::trainer::{RunSummary, read_summary};
 use crate::{Result, TrainError};
+use wmrl_core::stats::MeanCi;
 
 /// One column of a bench: a reward arm under a name, with its own config
 /// overrides (`wmrl` with free labels and `anchor_reward = "mix"`, say).

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use crate::TrainError;
 use crate::bench::ArmResult;
-use crate::stats::MeanCi;
+use wmrl_core::stats::MeanCi;
 
 /// One pre-registered comparison: `a - b` on the primary measure, in
 /// percentage points, with what it must show.

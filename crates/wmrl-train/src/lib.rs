@@ -15,7 +15,6 @@ pub mod labels;
 pub mod metrics;
 pub mod plot;
 pub mod rollout;
-pub mod stats;
 pub mod trainer;
 pub mod wm_refit;
 

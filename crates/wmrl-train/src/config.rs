@@ -11,6 +11,47 @@ use wmrl_worldmodel::{FineTuneConfig, ScoreMode, WorldModelConfig};
 
 use crate::{Result, TrainError};
 
+/// What steps the environments (`env.backend`, `wmrl eval --backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// The embedded rapier3d simulator, in process.
+    #[default]
+    Sim,
+    /// Workers over ZeroMQ at `env.endpoints`, started by the user.
+    Bridge,
+    /// Real LIBERO server workers that wmrl starts and supervises
+    /// (`[env.libero]`).
+    Libero,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sim => "sim",
+            Self::Bridge => "bridge",
+            Self::Libero => "libero",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        [Self::Sim, Self::Bridge, Self::Libero]
+            .into_iter()
+            .find(|b| b.name() == s)
+            .ok_or_else(|| format!("`{s}`: expected `sim`, `bridge` or `libero`"))
+    }
+}
+
 /// Where rollouts run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -18,7 +59,7 @@ pub struct EnvConfig {
     /// `sim` (in-process embedded simulator), `bridge` (workers over ZeroMQ
     /// at `endpoints`, started by the user) or `libero` (real LIBERO server
     /// workers that wmrl starts and supervises itself: `[env.libero]`).
-    pub backend: String,
+    pub backend: Backend,
     /// Parallel environment slots (`sim`; for `libero`, capped at what the
     /// workers hold together; `bridge` uses every slot of its workers).
     pub num_envs: usize,
@@ -33,7 +74,7 @@ pub struct EnvConfig {
 impl Default for EnvConfig {
     fn default() -> Self {
         Self {
-            backend: "sim".into(),
+            backend: Backend::Sim,
             num_envs: 16,
             endpoints: Vec::new(),
             sim: SimConfig::default(),
@@ -83,15 +124,15 @@ impl Default for LiberoEnvConfig {
 
 /// The environment a run (or an evaluation) steps: see [`EnvConfig`].
 pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
-    Ok(match cfg.backend.as_str() {
-        "bridge" => Box::new(wmrl_bridge::BridgePool::connect(
+    Ok(match cfg.backend {
+        Backend::Bridge => Box::new(wmrl_bridge::BridgePool::connect(
             &cfg.endpoints,
             wmrl_bridge::PoolConfig {
                 num_envs: None,
                 ..cfg.pool.clone()
             },
         )?),
-        "libero" => {
+        Backend::Libero => {
             let l = &cfg.libero;
             for (what, p) in [
                 ("LIBERO venv interpreter (env.libero.python)", &l.python),
@@ -129,7 +170,7 @@ pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
                 },
             )?)
         }
-        _ => Box::new(wmrl_sim::make_vec_env(&cfg.sim, cfg.num_envs)?),
+        Backend::Sim => Box::new(wmrl_sim::make_vec_env(&cfg.sim, cfg.num_envs)?),
     })
 }
 
@@ -674,8 +715,8 @@ impl TrainConfig {
         if self.env.num_envs == 0 {
             return Err(bad("env.num_envs", "must be at least 1"));
         }
-        match self.env.backend.as_str() {
-            "sim" => {
+        match self.env.backend {
+            Backend::Sim => {
                 let n = self.env.sim.n_init_states;
                 for (key, b) in [
                     ("rollout.train_init_states", Some(r.train_init_states)),
@@ -694,7 +735,7 @@ impl TrainConfig {
                     }
                 }
             }
-            "libero" => {
+            Backend::Libero => {
                 let l = &self.env.libero;
                 if l.workers == 0 || l.envs_per_worker == 0 {
                     return Err(bad(
@@ -715,17 +756,11 @@ impl TrainConfig {
                     return Err(bad("env.libero.ready_timeout_secs", "must be positive"));
                 }
             }
-            "bridge" if !self.env.endpoints.is_empty() => {}
-            "bridge" => {
+            Backend::Bridge if !self.env.endpoints.is_empty() => {}
+            Backend::Bridge => {
                 return Err(bad(
                     "env.endpoints",
                     "the bridge backend needs at least one endpoint",
-                ));
-            }
-            other => {
-                return Err(bad(
-                    "env.backend",
-                    format!("`{other}`: expected `sim`, `bridge` or `libero`"),
                 ));
             }
         }
@@ -840,6 +875,29 @@ mod tests {
         )
         .expect_err("more workers than slots");
         assert!(err.to_string().contains("env.libero.workers"), "{err}");
+        let err = TrainConfig::from_toml("[env]\nbackend = \"mujoco\"\n", "t.toml")
+            .expect_err("an unknown backend");
+        assert!(
+            err.to_string().contains("mujoco") && err.to_string().contains("libero"),
+            "{err}"
+        );
+        let err = TrainConfig::from_toml("[env]\nbackend = \"bridge\"\n", "t.toml")
+            .expect_err("a bridge without endpoints");
+        assert!(err.to_string().contains("env.endpoints"), "{err}");
+        let libero = TrainConfig::from_toml(
+            "[env]\nbackend = \"libero\"\nnum_envs = 2\n[env.libero]\nworkers = 2\n",
+            "t.toml",
+        )
+        .expect("libero");
+        assert_eq!(libero.env.backend, Backend::Libero);
+        assert!(
+            libero
+                .to_toml()
+                .expect("toml")
+                .contains("backend = \"libero\"")
+        );
+        assert_eq!("bridge".parse::<Backend>(), Ok(Backend::Bridge));
+        assert!("Sim".parse::<Backend>().is_err());
         let split = TrainConfig::from_toml(
             "[env.sim]\nn_init_states = 75\n[eval]\ntest_states = [50, 74]\n",
             "t.toml",

@@ -19,8 +19,8 @@ pub mod trainer;
 pub mod wm_refit;
 
 pub use config::{
-    CreditConfig, CreditSource, EnvConfig, LabelSource, LabelsSection, LiberoEnvConfig, LossNorm,
-    TrainConfig, make_env,
+    Backend, CreditConfig, CreditSource, EnvConfig, LabelSource, LabelsSection, LiberoEnvConfig,
+    LossNorm, TrainConfig, make_env,
 };
 pub use device::{DeviceChoice, Placement};
 pub use error::{Result, TrainError};

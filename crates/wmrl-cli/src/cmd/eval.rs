@@ -28,7 +28,7 @@ pub struct Args {
     /// `sim` (embedded, in-process), `bridge` (workers at `--endpoints`) or
     /// `libero` (real LIBERO workers started from envs/libero/.venv).
     #[arg(long, default_value = "sim")]
-    pub backend: String,
+    pub backend: wmrl_train::Backend,
     /// Bridge endpoints, comma-separated (`--backend bridge`).
     #[arg(long, value_delimiter = ',')]
     pub endpoints: Vec<String>,
@@ -205,18 +205,18 @@ fn policy_id(dir: &Path) -> anyhow::Result<String> {
 fn make_env(args: &Args) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
     let n = args.num_envs.max(1);
     let mut cfg = wmrl_train::EnvConfig {
-        backend: args.backend.clone(),
+        backend: args.backend,
         num_envs: n,
         endpoints: args.endpoints.clone(),
         ..wmrl_train::EnvConfig::default()
     };
-    match args.backend.as_str() {
-        "sim" => {}
-        "bridge" => anyhow::ensure!(
+    match args.backend {
+        wmrl_train::Backend::Sim => {}
+        wmrl_train::Backend::Bridge => anyhow::ensure!(
             !args.endpoints.is_empty(),
             "--backend bridge needs --endpoints"
         ),
-        "libero" => {
+        wmrl_train::Backend::Libero => {
             let workers = match args.libero_workers {
                 Some(0) => anyhow::bail!("--libero-workers must be at least 1"),
                 Some(w) if w > n => anyhow::bail!(
@@ -235,7 +235,6 @@ fn make_env(args: &Args) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
                 cfg.libero.server = p.clone();
             }
         }
-        other => anyhow::bail!("--backend {other}: expected sim, bridge or libero"),
     }
     Ok(wmrl_train::make_env(&cfg)?)
 }

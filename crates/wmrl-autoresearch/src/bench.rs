@@ -59,11 +59,7 @@ pub fn summarize(reports: &[TrainReport]) -> Vec<ArmSummary> {
                 seeds: rs.len(),
                 position_mean: pm,
                 position_ci95: pc,
-                initial_position_mean: rs
-                    .iter()
-                    .map(|r| r.evals.first().map_or(0.0, |e| e.heldout_position))
-                    .sum::<f64>()
-                    / n,
+                initial_position_mean: rs.iter().map(|r| r.start_position()).sum::<f64>() / n,
                 train_cpu_secs_mean: cm,
                 train_cpu_secs_ci95: cc,
                 executions_mean: rs
@@ -87,7 +83,23 @@ pub struct CurvePoint {
     pub ci95: f64,
 }
 
-/// Mean curve of one arm over its seeds, one point per evaluation.
+/// What the curves are drawn on: "training-competition" when the runs drew
+/// their curve on the training competitions (`curve_on = "train"`), else
+/// "held-out" (runs before 2026-12-04).
+pub fn curve_label(reports: &[TrainReport]) -> &'static str {
+    if reports
+        .iter()
+        .flat_map(|r| &r.evals)
+        .any(|e| e.train_competitions.is_some())
+    {
+        "training-competition"
+    } else {
+        "held-out"
+    }
+}
+
+/// Mean curve of one arm over its seeds, one point per evaluation (on
+/// the training competitions where the runs drew them there).
 pub fn mean_curve(reports: &[TrainReport], arm: ArArm) -> Vec<CurvePoint> {
     let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.arm == arm).collect();
     let k = rs.iter().map(|r| r.evals.len()).min().unwrap_or(0);
@@ -96,7 +108,7 @@ pub fn mean_curve(reports: &[TrainReport], arm: ArArm) -> Vec<CurvePoint> {
             let n = rs.len() as f64;
             let (position, ci95) = mean_ci95(
                 &rs.iter()
-                    .map(|r| r.evals[i].heldout_position)
+                    .map(|r| r.evals[i].curve_position().unwrap_or(0.0))
                     .collect::<Vec<_>>(),
             );
             CurvePoint {
@@ -136,7 +148,8 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "AutoResearch: held-out position vs sandbox CPU-s (mean, 95% band over {n_seeds} seeds)"
+                "AutoResearch: {} position vs sandbox CPU-s (mean, 95% band over {n_seeds} seeds)",
+                curve_label(reports)
             ),
             ("sans-serif", 18),
         )
@@ -148,7 +161,7 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
     chart
         .configure_mesh()
         .x_desc("training sandbox CPU-seconds")
-        .y_desc("held-out mean position score")
+        .y_desc(format!("{} mean position score", curve_label(reports)))
         .draw()
         .map_err(|e| err(&e))?;
     let colors = [RED, BLUE, GREEN];
@@ -211,9 +224,10 @@ mod tests {
                 .map(|(i, &p)| crate::train::EvalPoint {
                     step: i,
                     train_cpu_secs: 10.0 * i as f64 + seed as f64,
-                    heldout_position: p,
-                    heldout_reward: p,
-                    valid_fraction: 1.0,
+                    heldout_position: Some(p),
+                    heldout_reward: Some(p),
+                    valid_fraction: Some(1.0),
+                    train_competitions: None,
                 })
                 .collect(),
             steps: Vec::new(),
@@ -293,11 +307,7 @@ impl BenchResult {
                 .collect()
         };
         let finals = |arm| by_seed(arm, &|r: &TrainReport| r.final_position());
-        let starts = |arm| {
-            by_seed(arm, &|r: &TrainReport| {
-                r.evals.first().map_or(0.0, |e| e.heldout_position)
-            })
-        };
+        let starts = |arm| by_seed(arm, &|r: &TrainReport| r.start_position());
         let cell = |c: Option<MeanCi>, signed| c.map_or("-".into(), |c| c.plain(3, signed));
         let values = |v: &[(u64, f64)]| v.iter().map(|x| x.1).collect::<Vec<_>>();
         let mut s = String::from(
@@ -346,8 +356,9 @@ impl BenchResult {
         }
         s += &format!(
             "\n## Details (as `wmrl autoresearch bench` prints them)\n\n```text\n{}```\n\n\
-             ![held-out position against training sandbox CPU-seconds](score_vs_sandbox_cpu.png)\n",
-            self.table()
+             ![{} position against training sandbox CPU-seconds](score_vs_sandbox_cpu.png)\n",
+            self.table(),
+            curve_label(&self.reports)
         );
         s
     }
@@ -396,7 +407,10 @@ impl BenchResult {
             "predictor data (once, shared by wm and wmrl): {:.1} sandbox CPU-s\n",
             self.predictor_data_cpu_secs
         );
-        s += "mean curve over seeds (training sandbox CPU-s: held-out position):\n";
+        s += &format!(
+            "mean curve over seeds (training sandbox CPU-s: {} position):\n",
+            curve_label(&self.reports)
+        );
         for a in &self.summary {
             let pts: Vec<String> = mean_curve(&self.reports, a.arm)
                 .iter()

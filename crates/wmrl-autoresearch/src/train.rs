@@ -88,8 +88,19 @@ pub struct TrainConfig {
     pub group_size: usize,
     /// Evaluate every this many steps (and at the start and the end).
     pub eval_every: usize,
-    /// Samples per held-out competition at each evaluation.
+    /// Samples per competition at each evaluation.
     pub eval_samples: usize,
+    /// Which competitions the learning curve is drawn on (the evaluations
+    /// between the start and the end): `train`, the training competitions,
+    /// so that settings are chosen without reading the held-out ones,
+    /// which are read only at the start and the end (the final figures).
+    /// Runs recorded before this key existed drew it on the held-out
+    /// competitions and read back as `heldout`.
+    #[serde(
+        default = "CurveOn::recorded_before",
+        skip_serializing_if = "CurveOn::is_heldout"
+    )]
+    pub curve_on: CurveOn,
     /// The older spelling of `core.refit.every` (what `bench
     /// --refit-predictor-every` sets): [`TrainConfig::resolved`] moves it
     /// there, so a run's recorded settings carry the refit in one place.
@@ -116,6 +127,7 @@ impl Default for TrainConfig {
             group_size: 4,
             eval_every: 4,
             eval_samples: 4,
+            curve_on: CurveOn::Train,
             refit_predictor_every: 0,
             policy: PolicyConfig::default(),
             core: small_scale_core(),
@@ -150,16 +162,85 @@ impl TrainConfig {
     }
 }
 
-/// One evaluation on the held-out competitions.
+/// Where the learning curve is drawn ([`TrainConfig::curve_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CurveOn {
+    /// The training competitions (fresh samples, not the rollouts).
+    Train,
+    /// The held-out competitions at every evaluation (runs before
+    /// 2026-12-04).
+    Heldout,
+}
+
+impl std::str::FromStr for CurveOn {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "train" => Ok(CurveOn::Train),
+            "heldout" => Ok(CurveOn::Heldout),
+            _ => Err(format!("`{s}`: expected `train` or `heldout`")),
+        }
+    }
+}
+
+impl CurveOn {
+    fn recorded_before() -> Self {
+        CurveOn::Heldout
+    }
+    fn is_heldout(&self) -> bool {
+        *self == CurveOn::Heldout
+    }
+}
+
+/// Mean scores of one evaluation over a set of competitions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Scores {
+    /// Mean position score (0 for an invalid solution).
+    pub position: f64,
+    pub reward: f64,
+    pub valid_fraction: f64,
+}
+
+/// One evaluation: on the held-out competitions at the start and the end
+/// (at every evaluation with `curve_on = "heldout"`), on the training
+/// competitions at every evaluation with `curve_on = "train"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvalPoint {
     pub step: usize,
     /// Training sandbox CPU seconds spent so far.
     pub train_cpu_secs: f64,
-    /// Mean position score (0 for an invalid solution).
-    pub heldout_position: f64,
-    pub heldout_reward: f64,
-    pub valid_fraction: f64,
+    /// Mean position score on the held-out competitions (0 for an invalid
+    /// solution); absent where they were not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heldout_position: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heldout_reward: Option<f64>,
+    /// Valid fraction on the held-out competitions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_fraction: Option<f64>,
+    /// The same on the training competitions (the curve), where read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub train_competitions: Option<Scores>,
+}
+
+impl EvalPoint {
+    /// The held-out scores, where they were read.
+    pub fn heldout(&self) -> Option<Scores> {
+        Some(Scores {
+            position: self.heldout_position?,
+            reward: self.heldout_reward?,
+            valid_fraction: self.valid_fraction?,
+        })
+    }
+
+    /// The learning curve's score at this point: the training
+    /// competitions' where read, else the held-out ones'.
+    pub fn curve_position(&self) -> Option<f64> {
+        self.train_competitions
+            .map(|s| s.position)
+            .or(self.heldout_position)
+    }
 }
 
 /// Per-step metrics (also written as JSONL).
@@ -189,8 +270,21 @@ pub struct TrainReport {
 }
 
 impl TrainReport {
+    /// The last evaluation's held-out position (0 when none was read).
     pub fn final_position(&self) -> f64 {
-        self.evals.last().map_or(0.0, |e| e.heldout_position)
+        self.evals
+            .iter()
+            .rev()
+            .find_map(|e| e.heldout_position)
+            .unwrap_or(0.0)
+    }
+
+    /// The start's held-out position (0 when none was read).
+    pub fn start_position(&self) -> f64 {
+        self.evals
+            .first()
+            .and_then(|e| e.heldout_position)
+            .unwrap_or(0.0)
     }
 }
 
@@ -316,24 +410,31 @@ impl StepScorers<'_> {
     }
 }
 
-/// Execute policy samples on every held-out competition.
+/// Execute policy samples on every competition of `split`.
 pub fn evaluate(
     policy: &Policy,
     suite: &Suite,
     executor: &Executor,
+    split: Split,
     samples: usize,
     seed: u64,
     ledger: &mut Ledger,
-) -> Result<(f64, f64, f64)> {
+) -> Result<Scores> {
     let mut rng = seeded(seed ^ 0xE7A1);
     let mut jobs = Vec::new();
-    for c in suite.indices(Split::Heldout) {
+    for c in suite.indices(split) {
         for s in policy.sample(&suite.competitions[c].meta.meta_features, samples, &mut rng)? {
             jobs.push((c, s.solution));
         }
     }
     if jobs.is_empty() {
-        return Err(Error::Config("suite has no held-out competitions".into()));
+        return Err(Error::Config(format!(
+            "suite has no {} competitions",
+            match split {
+                Split::Train => "training",
+                Split::Heldout => "held-out",
+            }
+        )));
     }
     let t = Instant::now();
     let outs = execute_all(executor, suite, &jobs);
@@ -358,7 +459,11 @@ pub fn evaluate(
         .filter(|o| o.as_ref().is_some_and(|o| o.grade.position_score.is_some()))
         .count() as f64
         / n;
-    Ok((pos, rew, valid))
+    Ok(Scores {
+        position: pos,
+        reward: rew,
+        valid_fraction: valid,
+    })
 }
 
 /// What refitting the predictor during a run needs (`core.refit.every >
@@ -791,20 +896,46 @@ impl Track for ArTrack<'_> {
 
     fn evaluate(run: &mut Run<Self>) -> Result<()> {
         let t = &mut run.track;
-        let (p, r, v) = evaluate(
-            &t.policy,
-            t.suite,
-            t.executor,
-            t.cfg.eval_samples,
-            t.seed.wrapping_add(run.step as u64),
-            &mut run.ledger,
-        )?;
+        // The held-out competitions are read at the start and the end
+        // only, unless the run draws its curve there (runs recorded
+        // before `curve_on`). Both draws use the step's seed, so the
+        // held-out figures do not depend on whether a curve was drawn.
+        let seed = t.seed.wrapping_add(run.step as u64);
+        let ends = run.step == 0 || run.step == t.cfg.steps;
+        let (samples, ex, suite) = (t.cfg.eval_samples, t.executor, t.suite);
+        let heldout = if ends || t.cfg.curve_on == CurveOn::Heldout {
+            Some(evaluate(
+                &t.policy,
+                suite,
+                ex,
+                Split::Heldout,
+                samples,
+                seed,
+                &mut run.ledger,
+            )?)
+        } else {
+            None
+        };
+        let train_competitions = if t.cfg.curve_on == CurveOn::Train {
+            Some(evaluate(
+                &t.policy,
+                suite,
+                ex,
+                Split::Train,
+                samples,
+                seed,
+                &mut run.ledger,
+            )?)
+        } else {
+            None
+        };
         let point = EvalPoint {
             step: run.step,
             train_cpu_secs: run.ledger.real_cpu_seconds,
-            heldout_position: p,
-            heldout_reward: r,
-            valid_fraction: v,
+            heldout_position: heldout.map(|h| h.position),
+            heldout_reward: heldout.map(|h| h.reward),
+            valid_fraction: heldout.map(|h| h.valid_fraction),
+            train_competitions,
         };
         if let Some(f) = t.files.as_mut() {
             append_jsonl(&mut f.eval, &f.dir.eval(), &point)?;

@@ -113,12 +113,68 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
                 assert_eq!(l.wm_rollouts, 8);
             }
         }
-        assert!(
-            r.evals
-                .iter()
-                .all(|e| (0.0..=1.0).contains(&e.heldout_position))
-        );
+        // Both evaluations are the run's ends: held-out competitions read,
+        // and the training competitions for the curve.
+        for e in &r.evals {
+            let h = e.heldout().expect("held-out read at the ends");
+            let t = e
+                .train_competitions
+                .expect("curve on training competitions");
+            for v in [h.position, h.valid_fraction, t.position, t.valid_fraction] {
+                assert!((0.0..=1.0).contains(&v), "{e:?}");
+            }
+        }
     }
+    // The curve between the ends reads only the training competitions;
+    // where it is drawn does not change what the run learns or its
+    // held-out figures at the ends.
+    let curve = TrainConfig {
+        steps: 4,
+        eval_every: 2,
+        ..cfg.clone()
+    };
+    let on_train = train(&curve, ArArm::Real, 3, &suite, &ex, None, None).unwrap();
+    assert_eq!(
+        on_train.evals.iter().map(|e| e.step).collect::<Vec<_>>(),
+        [0, 2, 4]
+    );
+    assert!(
+        on_train.evals[1].heldout().is_none(),
+        "held-out not read mid-run"
+    );
+    assert!(
+        on_train
+            .evals
+            .iter()
+            .all(|e| e.train_competitions.is_some())
+    );
+    let legacy = TrainConfig {
+        curve_on: wmrl_autoresearch::train::CurveOn::Heldout,
+        ..curve.clone()
+    };
+    let on_heldout = train(&legacy, ArArm::Real, 3, &suite, &ex, None, None).unwrap();
+    assert!(on_heldout.evals.iter().all(|e| e.heldout().is_some()));
+    assert!(
+        on_heldout
+            .evals
+            .iter()
+            .all(|e| e.train_competitions.is_none())
+    );
+    assert_eq!(on_train.steps, on_heldout.steps);
+    for i in [0, 2] {
+        assert_eq!(on_train.evals[i].heldout(), on_heldout.evals[i].heldout());
+    }
+    // A config recorded before the key existed reads back as `heldout`
+    // and writes back without it.
+    let mut old = serde_json::to_value(&legacy).unwrap();
+    assert!(old.get("curve_on").is_none());
+    old.as_object_mut().unwrap().remove("curve_on");
+    let back: TrainConfig = serde_json::from_value(old).unwrap();
+    assert_eq!(back, legacy);
+    assert_eq!(
+        serde_json::to_value(&curve).unwrap()["curve_on"],
+        serde_json::json!("train")
+    );
     // Refitting the predictor on the run's anchors (beyond the paper;
     // tests below) is refused without its data and weights.
     let refit_cfg = TrainConfig {
@@ -256,12 +312,16 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
     use wmrl_autoresearch::RunDir;
     let dir = tempfile::tempdir().unwrap();
     let (suite, ex) = suite_and_executor(dir.path());
+    // The stand-in for a stop is a shorter run, whose last step reads the
+    // held-out competitions; with the curve drawn there as well, the
+    // evaluations of both runs match point for point.
     let cfg = TrainConfig {
         steps: 3,
         groups_per_step: 2,
         group_size: 2,
         eval_every: 1,
         eval_samples: 1,
+        curve_on: wmrl_autoresearch::train::CurveOn::Heldout,
         ..Default::default()
     };
     let straight_dir = RunDir::new(dir.path().join("straight"));
@@ -565,12 +625,14 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
     // Refits after steps 2 and 4 of 5, one anchor group a step, ungated so
     // that both install.
     // Evaluations at 0, 3 (where the stopped run ends too) and 5.
+    // (The curve on the held-out competitions: see the test above.)
     let mut cfg = TrainConfig {
         steps: 5,
         groups_per_step: 2,
         group_size: 3,
         eval_every: 3,
         eval_samples: 1,
+        curve_on: wmrl_autoresearch::train::CurveOn::Heldout,
         ..Default::default()
     };
     cfg.core.refit.every = 2;

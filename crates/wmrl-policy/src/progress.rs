@@ -24,6 +24,11 @@ pub fn line_interval() -> Duration {
 struct State {
     pos: u64,
     msg: String,
+    /// Position when this process started working: what `set_position`
+    /// set before the first line (a resumed run's finished work), so the
+    /// rate counts only this session's work.
+    start: u64,
+    printed: bool,
 }
 
 /// A progress reporter; see the module docs. Disabled, it prints nothing.
@@ -43,6 +48,8 @@ impl Progress {
         let state = Arc::new(Mutex::new(State {
             pos: 0,
             msg: String::new(),
+            start: 0,
+            printed: false,
         }));
         if !enabled || !terminal {
             let ticker = enabled.then(|| {
@@ -52,12 +59,14 @@ impl Progress {
                 let every = line_interval();
                 let handle = std::thread::spawn(move || {
                     let t0 = Instant::now();
-                    let start = st.lock().map(|s| s.pos).unwrap_or(0);
                     loop {
                         match rx.recv_timeout(every) {
                             Err(RecvTimeoutError::Timeout) => {
-                                let (pos, msg) = match st.lock() {
-                                    Ok(s) => (s.pos, s.msg.clone()),
+                                let (pos, start, msg) = match st.lock() {
+                                    Ok(mut s) => {
+                                        s.printed = true;
+                                        (s.pos, s.start, s.msg.clone())
+                                    }
                                     Err(_) => return,
                                 };
                                 let line = progress_line(
@@ -104,6 +113,9 @@ impl Progress {
         self.bar.set_position(pos);
         if let Ok(mut s) = self.state.lock() {
             s.pos = pos;
+            if !s.printed {
+                s.start = pos;
+            }
         }
     }
 
@@ -204,5 +216,16 @@ mod tests {
         drop(p); // joins the ticker: a hang fails the test by timeout
         let q = Progress::with_terminal("t", 3, "steps", false, false);
         assert!(q.ticker.is_none(), "disabled: no output at all");
+    }
+
+    #[test]
+    fn a_resumed_position_is_not_counted_as_this_sessions_work() {
+        // The ticker may start before the resumed position is set; the
+        // rate must still count only what is done after it.
+        let p = Progress::with_terminal("t", 750, "steps", true, false);
+        p.set_position(68);
+        p.inc(2);
+        let s = p.state.lock().expect("state");
+        assert_eq!((s.pos, s.start), (70, 68));
     }
 }

@@ -93,7 +93,12 @@ impl FromStr for Confirm {
             } else if let Some(n) = tail.strip_prefix('>') {
                 (false, n)
             } else {
-                return Err(bad(&format!("`{c}`: only `>` and `>=` bounds")));
+                let hint = if tail.is_empty() {
+                    " (no bound at all: quote the argument, a shell takes `>` as a redirection)"
+                } else {
+                    ""
+                };
+                return Err(bad(&format!("`{c}`: only `>` and `>=` bounds{hint}")));
             };
             let points: f64 = num
                 .trim()
@@ -284,6 +289,9 @@ mod tests {
             let err = bad.parse::<Confirm>().expect_err(bad);
             assert!(err.to_string().contains("--confirm"), "{err}");
         }
+        // What an unquoted `mean>=3` leaves after the shell's redirection.
+        let err = "wmrl_mix-sparse:mean".parse::<Confirm>().expect_err("cut");
+        assert!(err.to_string().contains("quote"), "{err}");
     }
 
     #[test]

@@ -207,6 +207,12 @@ pub enum Sub {
         /// its data plus the run's anchor executions every N steps (0: never)
         #[arg(long, default_value_t = 0)]
         refit_predictor_every: usize,
+        /// Where the learning curve is drawn: `train` (the training
+        /// competitions; the held-out ones are read only at the start and
+        /// the end) or `heldout` (at every evaluation, as the benches
+        /// committed before 2026-12-04 did: give it to resume them)
+        #[arg(long, default_value = "train")]
+        curve_on: wmrl_autoresearch::train::CurveOn,
         #[arg(long, default_value = "runs/autoresearch/bench")]
         out: PathBuf,
         #[command(flatten)]
@@ -429,14 +435,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Some(&run),
             )?;
             for e in &r.evals {
-                println!(
-                    "step {:>3}  sandbox cpu {:>8.1}s  held-out position {:.3}  reward {:.3}  valid {:.2}",
-                    e.step,
-                    e.train_cpu_secs,
-                    e.heldout_position,
-                    e.heldout_reward,
-                    e.valid_fraction
-                );
+                let mut line =
+                    format!("step {:>3}  sandbox cpu {:>8.1}s", e.step, e.train_cpu_secs);
+                for (name, sc) in [
+                    ("training", e.train_competitions),
+                    ("held-out", e.heldout()),
+                ] {
+                    if let Some(sc) = sc {
+                        line.push_str(&format!(
+                            "  {name} position {:.3} reward {:.3} valid {:.2}",
+                            sc.position, sc.reward, sc.valid_fraction
+                        ));
+                    }
+                }
+                println!("{line}");
             }
             println!("ledger: {}", serde_json::to_string(&r.ledger)?);
         }
@@ -446,6 +458,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             steps,
             anchor_fraction,
             refit_predictor_every,
+            curve_on,
             out,
             common,
         } => bench(
@@ -453,7 +466,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             per_competition,
             steps,
             anchor_fraction,
-            refit_predictor_every,
+            (refit_predictor_every, curve_on),
             &out,
             &common,
         )?,
@@ -499,7 +512,7 @@ fn bench(
     per_competition: usize,
     steps: Option<usize>,
     anchor_fraction: Option<wmrl_core::AnchorFraction>,
-    refit_predictor_every: usize,
+    (refit_predictor_every, curve_on): (usize, wmrl_autoresearch::train::CurveOn),
     out: &Path,
     common: &Common,
 ) -> anyhow::Result<()> {
@@ -515,9 +528,17 @@ fn bench(
         cfg.train.core.anchors.fraction = f;
     }
     cfg.train.refit_predictor_every = refit_predictor_every;
+    cfg.train.curve_on = curve_on;
     let s = suite(common)?;
     let work = common.work_root("bench")?;
-    let res = run_bench(&cfg, &s, &executor(common, &work)?, out)?;
+    let res = run_bench(&cfg, &s, &executor(common, &work)?, out).map_err(|e| {
+        let hint = if e.to_string().contains("train.curve_on: (absent) then") {
+            " (a bench started before 2026-12-04 drew its curve on the held-out competitions: `--curve-on heldout` resumes it)"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("{e}{hint}")
+    })?;
     print!("{}", res.table());
     println!(
         "wrote {}/bench.json and score_vs_sandbox_cpu.png",

@@ -48,7 +48,7 @@ pub struct Args {
     /// `A-B:mean>=X,low>Y` in percentage points on the primary measure
     /// (repeatable): report.md judges each at 95% and at the family's
     /// Bonferroni level once every seed has finished, e.g.
-    /// `--confirm wmrl_mix-sparse:mean>=3,low>0`.
+    /// `--confirm 'wmrl_mix-sparse:mean>=3,low>0'` (quoted: `>` is the shell's redirection).
     #[arg(long = "confirm", value_name = "A-B:CRITERIA")]
     pub confirms: Vec<wmrl_train::confirm::Confirm>,
     /// Start no run: write report.md from the runs that have finished

@@ -5,13 +5,16 @@
 //! loads a Prismatic checkpoint converted by `scripts/convert_minivla.py`
 //! (key map in docs/policy.md).
 //!
-//! This crate is inference only (load, greedy `predict_action`); it must
-//! never download anything (tokenizer and weights come from the directory).
+//! Inference (load, greedy `predict_action`) and the pieces of GRPO on the
+//! action tokens (`rl`: LoRA adapters, sampled and recomputed
+//! log-probabilities, the objective, merged export); it must never
+//! download anything (tokenizer and weights come from the directory).
 
 mod config;
 pub mod libero;
 mod llm;
 mod model;
+pub mod rl;
 mod vit;
 
 #[cfg(test)]
@@ -19,6 +22,7 @@ mod tests;
 
 pub use config::{ACTION_DIM, LlmConfig, MiniVlaConfig, VitConfig};
 pub use model::{CONFIG_FILE, MiniVla, TOKENIZER_FILE, WEIGHTS_FILE, prompt, tensor_shapes};
+pub use rl::{ActionSample, ActionStep, LoraConfig, Prefix};
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]

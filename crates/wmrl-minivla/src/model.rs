@@ -24,7 +24,7 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 const DINO: &str = "vision_backbone.featurizer";
 const SIGLIP: &str = "vision_backbone.fused_featurizer";
 const PROJECTOR: &str = "projector";
-const LLM: &str = "language_model";
+pub(crate) const LLM: &str = "language_model";
 
 /// What a backend saw: the first bad tensor, every name asked for, shapes.
 #[derive(Default)]
@@ -94,15 +94,18 @@ impl SimpleBackend for CheckedBackend {
 /// MiniVLA for inference.
 #[derive(Debug)]
 pub struct MiniVla {
-    cfg: MiniVlaConfig,
+    pub(crate) cfg: MiniVlaConfig,
     dino: Vit,
     siglip: Vit,
     projector: Projector,
-    llm: Qwen2,
+    pub(crate) llm: Qwen2,
     tokenizer: Option<tokenizers::Tokenizer>,
     n_params: usize,
-    device: Device,
-    dtype: DType,
+    pub(crate) device: Device,
+    pub(crate) dtype: DType,
+    /// LoRA adapters on the language model (crate::rl), in projection order.
+    pub(crate) adapters: Vec<(String, candle_core::Var)>,
+    pub(crate) lora: Option<crate::rl::LoraConfig>,
 }
 
 struct Built {
@@ -237,6 +240,8 @@ impl MiniVla {
             n_params,
             device: device.clone(),
             dtype,
+            adapters: Vec::new(),
+            lora: None,
         })
     }
 
@@ -307,7 +312,11 @@ impl MiniVla {
 
     /// `[1, prompt + vision tokens, hidden]`: Prismatic inserts the patches
     /// after the first prompt token.
-    fn prefix_embeds(&self, images: &[image::RgbImage], prompt_ids: &[u32]) -> Result<Tensor> {
+    pub(crate) fn prefix_embeds(
+        &self,
+        images: &[image::RgbImage],
+        prompt_ids: &[u32],
+    ) -> Result<Tensor> {
         if images.len() != self.cfg.n_images {
             return Err(MiniVlaError::Config(format!(
                 "{} images given, the model takes {}",

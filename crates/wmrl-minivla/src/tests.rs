@@ -474,3 +474,311 @@ fn kv_cache_decoding_equals_full_recomputation() {
         assert!(diff < 1e-5, "{n} positions: cached logits differ by {diff}");
     }
 }
+
+/// A scaled-down checkpoint in f32 (so merged weights are exact enough to
+/// compare), with its tokenizer, loaded.
+fn rl_checkpoint(dir: &Path) -> (MiniVla, Vec<u32>, Vec<image::RgbImage>) {
+    let cfg = MiniVlaConfig::scaled_down();
+    let tensors: HashMap<String, Tensor> = random_tensors(&cfg, 5)
+        .into_iter()
+        .map(|(k, t)| (k, t.to_dtype(DType::F32).expect("f32")))
+        .collect();
+    write_checkpoint(dir, &cfg, &tensors);
+    write_tokenizer(dir);
+    let m = MiniVla::load(dir).expect("load");
+    let ids = m.prompt_ids("put the bowl on the plate").expect("ids");
+    (m, ids, vec![frame(40, 30, 2)])
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    (a - b)
+        .and_then(|d| d.abs())
+        .and_then(|d| d.max_all())
+        .and_then(|d| d.to_scalar::<f32>())
+        .expect("diff")
+}
+
+fn splitmix(seed: u64) -> impl FnMut() -> f64 {
+    let mut s = seed;
+    move || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Give every `B` small non-zero values, as training would.
+fn perturb_adapters(m: &MiniVla) {
+    for (k, (name, v)) in m.adapters().iter().enumerate() {
+        if name.ends_with("lora_b") {
+            let n = v.elem_count();
+            let vals: Vec<f32> = (0..n)
+                .map(|i| ((i * 31 + k * 7) % 17) as f32 / 17.0 * 0.1 - 0.05)
+                .collect();
+            v.set(&Tensor::from_vec(vals, v.dims(), &Device::Cpu).expect("t"))
+                .expect("set");
+        }
+    }
+}
+
+#[test]
+fn lora_at_zero_gives_the_checkpoints_exact_logits() {
+    use crate::rl::{LORA_TARGETS, LoraConfig};
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut m, ids, imgs) = rl_checkpoint(dir.path());
+    let before = m.next_token_logits(&imgs, &ids).expect("logits");
+    m.attach_lora(&LoraConfig::default()).expect("lora");
+    // Two layers, seven projections, A and B each.
+    assert_eq!(m.adapters().len(), 2 * LORA_TARGETS.len() * 2);
+    assert!(
+        m.adapters()
+            .iter()
+            .all(|(n, _)| n.starts_with("language_model.model.layers."))
+    );
+    assert_eq!(m.next_token_logits(&imgs, &ids).expect("logits"), before);
+    // Bad settings are refused, naming what is wrong.
+    for (bad, what) in [
+        (
+            LoraConfig {
+                rank: 0,
+                ..Default::default()
+            },
+            "rank",
+        ),
+        (
+            LoraConfig {
+                targets: vec!["qkv".into()],
+                ..Default::default()
+            },
+            "qkv",
+        ),
+        (
+            LoraConfig {
+                alpha: f64::NAN,
+                ..Default::default()
+            },
+            "alpha",
+        ),
+    ] {
+        let e = m.attach_lora(&bad).expect_err(what).to_string();
+        assert!(e.contains(what), "{e}");
+    }
+}
+
+#[test]
+fn sampled_logprobs_equal_recomputed_ones_and_greedy_is_the_argmax() {
+    use crate::rl::LoraConfig;
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut m, ids, imgs) = rl_checkpoint(dir.path());
+    m.attach_lora(&LoraConfig {
+        targets: vec!["q_proj".into(), "v_proj".into(), "down_proj".into()],
+        ..Default::default()
+    })
+    .expect("lora");
+    perturb_adapters(&m);
+    let prefix = m.prefix(&imgs, &ids).expect("prefix");
+    let (lo, n) = m.action_range();
+    assert_eq!(n, m.config().n_bins - 1);
+    let mut u = splitmix(3);
+    for temperature in [1.0f32, 1.6, 0.4] {
+        let s = m
+            .sample_action_tokens(&prefix, temperature, &mut u)
+            .expect("sample");
+        assert!(
+            s.tokens
+                .iter()
+                .all(|&t| t >= lo && (t as usize) < lo as usize + n)
+        );
+        let (lp, ent) = m
+            .action_logprobs(&prefix, &s.tokens, temperature)
+            .expect("recompute");
+        let lp = lp.to_vec1::<f32>().expect("v");
+        for (k, (r, d)) in lp.iter().zip(&s.logprobs).enumerate() {
+            assert!(
+                (r - d).abs() < 1e-5,
+                "T {temperature} token {k}: sampled {d} recomputed {r}"
+            );
+        }
+        let ent = ent.to_vec1::<f32>().expect("v");
+        assert!(ent.iter().all(|&e| e > 0.0 && e <= (n as f32).ln() + 1e-4));
+    }
+    // Greedy: each token is the argmax of its teacher-forced row.
+    let g = m
+        .sample_action_tokens(&prefix, 0.0, &mut || panic!("greedy draws nothing"))
+        .expect("greedy");
+    let again = m
+        .sample_action_tokens(&prefix, 0.0, &mut || 0.5)
+        .expect("greedy");
+    assert_eq!(g, again);
+    let fed = Tensor::new(&g.tokens[..6], &Device::Cpu)
+        .and_then(|t| t.unsqueeze(0))
+        .expect("fed");
+    let x = Tensor::cat(
+        &[
+            &m.prefix_embeds(&imgs, &ids).expect("p"),
+            &m.llm.embed(&fed).expect("e"),
+        ],
+        1,
+    )
+    .expect("cat");
+    let rows = m
+        .llm
+        .last_k_logits(&x, 7)
+        .and_then(|l| l.squeeze(0))
+        .and_then(|l| l.narrow(1, lo as usize, n))
+        .and_then(|l| l.argmax(1))
+        .and_then(|l| l.to_vec1::<u32>())
+        .expect("rows");
+    assert_eq!(
+        rows.iter().map(|&j| lo + j).collect::<Vec<_>>(),
+        g.tokens.to_vec()
+    );
+    // Bad input is refused.
+    assert!(m.sample_action_tokens(&prefix, -1.0, &mut u).is_err());
+    let mut outside = g.tokens;
+    outside[3] = 0;
+    let e = m
+        .action_logprobs(&prefix, &outside, 1.0)
+        .expect_err("outside");
+    assert!(e.to_string().contains("not an action token"), "{e}");
+}
+
+#[test]
+fn a_grpo_step_moves_the_adapters_towards_the_favoured_tokens_and_exports_merged() {
+    use crate::rl::{ActionStep, LoraConfig};
+    let dir = tempfile::tempdir().expect("dir");
+    let (mut m, ids, imgs) = rl_checkpoint(dir.path());
+    let checkpoint_logits = m.next_token_logits(&imgs, &ids).expect("logits");
+    m.attach_lora(&LoraConfig::default()).expect("lora");
+    let prefix = m.prefix(&imgs, &ids).expect("prefix");
+    let temperature = 1.0;
+    let mut u = splitmix(11);
+    let (good, bad) = loop {
+        let a = m
+            .sample_action_tokens(&prefix, temperature, &mut u)
+            .expect("a");
+        let b = m
+            .sample_action_tokens(&prefix, temperature, &mut u)
+            .expect("b");
+        if a.tokens != b.tokens {
+            break (a, b);
+        }
+    };
+    let steps = [
+        ActionStep {
+            prefix: prefix.clone(),
+            sample: good,
+            advantage: 1.0,
+        },
+        ActionStep {
+            prefix: prefix.clone(),
+            sample: bad,
+            advantage: -1.0,
+        },
+    ];
+    let objective = wmrl_grpo::Objective::default();
+    let (loss, stats) = m
+        .grpo_objective(&steps, temperature, &objective)
+        .expect("objective");
+    // At the parameters the tokens were sampled with, the ratio is 1.
+    assert!((stats.ratio_mean - 1.0).abs() < 1e-5, "{stats:?}");
+    assert!(stats.approx_kl_old.abs() < 1e-5, "{stats:?}");
+    assert_eq!(stats.n_tokens, 14.0);
+    let mut opt = wmrl_grpo::AdamW::new(
+        m.adapters(),
+        wmrl_grpo::OptimConfig {
+            lr: 1e-2,
+            warmup_steps: 0,
+            ..Default::default()
+        },
+        &[],
+    )
+    .expect("optimiser");
+    let before: Vec<Tensor> = m
+        .adapters()
+        .iter()
+        .map(|(_, v)| v.as_tensor().copy().expect("c"))
+        .collect();
+    opt.step(&loss).expect("step");
+    for _ in 0..4 {
+        let (loss, _) = m
+            .grpo_objective(&steps, temperature, &objective)
+            .expect("o");
+        opt.step(&loss).expect("step");
+    }
+    // Every B moved off zero (A moves too once B is non-zero).
+    for ((name, v), b) in m.adapters().iter().zip(&before) {
+        assert!(max_diff(v.as_tensor(), b) > 0.0, "{name} did not move");
+    }
+    let lp = |s: &crate::rl::ActionSample| {
+        m.action_logprobs(&prefix, &s.tokens, temperature)
+            .and_then(|(l, _)| Ok(l.sum_all()?.to_scalar::<f32>()?))
+            .expect("lp")
+    };
+    let (g0, b0): (f32, f32) = (good.logprobs.iter().sum(), bad.logprobs.iter().sum());
+    assert!(
+        lp(&good) > g0,
+        "favoured tokens more likely: {} -> {}",
+        g0,
+        lp(&good)
+    );
+    assert!(
+        lp(&bad) < b0,
+        "disfavoured tokens less likely: {} -> {}",
+        b0,
+        lp(&bad)
+    );
+    let adapted = m.next_token_logits(&imgs, &ids).expect("adapted");
+    assert!(
+        max_diff(
+            &Tensor::new(adapted.as_slice(), &Device::Cpu).expect("t"),
+            &Tensor::new(checkpoint_logits.as_slice(), &Device::Cpu).expect("t")
+        ) > 1e-4
+    );
+
+    // Merged into the converted layout, the export loads without LoRA and
+    // gives the adapted model's logits; the source is untouched.
+    let out = dir.path().join("merged");
+    m.export_merged(dir.path(), &out).expect("export");
+    let merged = MiniVla::load(&out).expect("load merged");
+    let ml = merged.next_token_logits(&imgs, &ids).expect("logits");
+    let d = ml
+        .iter()
+        .zip(&adapted)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(d < 1e-4, "merged logits differ by {d}");
+    let src = MiniVla::load(dir.path()).expect("source");
+    assert_eq!(
+        src.next_token_logits(&imgs, &ids).expect("l"),
+        checkpoint_logits
+    );
+    assert!(
+        m.export_merged(dir.path(), dir.path()).is_err(),
+        "onto its source"
+    );
+
+    // Adapters saved and read back into a fresh model give the same
+    // log-probabilities; a file of other adapters is refused by name.
+    let file = dir.path().join("adapters.safetensors");
+    m.save_adapters(&file).expect("save");
+    let mut fresh = MiniVla::load(dir.path()).expect("fresh");
+    fresh.attach_lora(&LoraConfig::default()).expect("lora");
+    fresh.load_adapters(&file).expect("read back");
+    let (a, _) = m.action_logprobs(&prefix, &good.tokens, 1.0).expect("a");
+    let (b, _) = fresh
+        .action_logprobs(&prefix, &good.tokens, 1.0)
+        .expect("b");
+    assert!(max_diff(&a, &b) < 1e-6);
+    let mut narrow = MiniVla::load(dir.path()).expect("narrow");
+    narrow
+        .attach_lora(&LoraConfig {
+            rank: 4,
+            ..Default::default()
+        })
+        .expect("lora");
+    let e = narrow.load_adapters(&file).expect_err("rank 8 into rank 4");
+    assert!(e.to_string().contains("lora_a"), "{e}");
+}

@@ -46,6 +46,13 @@ pub enum ArArm {
     Wmrl,
 }
 
+impl std::str::FromStr for ArArm {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        ArArm::from_name(s).ok_or_else(|| format!("unknown arm `{s}` (expected real, wm or wmrl)"))
+    }
+}
+
 impl ArArm {
     pub const ALL: [ArArm; 3] = [ArArm::Real, ArArm::Wm, ArArm::Wmrl];
     pub fn core(self) -> Arm {

@@ -241,6 +241,17 @@ pub enum Arm {
     SparseShuffled,
 }
 
+impl std::str::FromStr for Arm {
+    type Err = String;
+    /// [`Arm::from_name`], with an error that lists the arms.
+    fn from_str(s: &str) -> Result<Self, String> {
+        Arm::from_name(s).ok_or_else(|| {
+            let names: Vec<&str> = Arm::ALL.iter().map(|a| a.name()).collect();
+            format!("unknown arm `{s}` (expected one of {})", names.join(", "))
+        })
+    }
+}
+
 impl Arm {
     pub const ALL: [Arm; 8] = [
         Arm::Sparse,

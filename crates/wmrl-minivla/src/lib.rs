@@ -14,7 +14,9 @@ mod config;
 pub mod libero;
 mod llm;
 mod model;
+mod policy;
 pub mod rl;
+pub mod stand_in;
 mod vit;
 
 #[cfg(test)]
@@ -22,6 +24,7 @@ mod tests;
 
 pub use config::{ACTION_DIM, LlmConfig, MiniVlaConfig, VitConfig};
 pub use model::{CONFIG_FILE, MiniVla, TOKENIZER_FILE, WEIGHTS_FILE, prompt, tensor_shapes};
+pub use policy::{MiniVlaPolicy, STATS_FILE, is_minivla_dir};
 pub use rl::{ActionSample, ActionStep, LoraConfig, Prefix};
 
 /// Errors of this crate.

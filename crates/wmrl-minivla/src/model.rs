@@ -205,9 +205,43 @@ impl MiniVla {
         let w_path = dir.join(WEIGHTS_FILE);
         let tensors =
             candle_core::safetensors::load(&w_path, &Device::Cpu).map_err(|e| io(&w_path, e))?;
+        let tok_path = dir.join(TOKENIZER_FILE);
+        let tokenizer = if tok_path.exists() {
+            Some(
+                tokenizers::Tokenizer::from_file(&tok_path)
+                    .map_err(|e| MiniVlaError::Tokenizer(format!("{}: {e}", tok_path.display())))?,
+            )
+        } else {
+            None
+        };
+        let mut m = Self::build_from(&cfg, tensors, &w_path.display().to_string(), device, dtype)?;
+        m.tokenizer = tokenizer;
+        Ok(m)
+    }
+
+    /// Build from tensors held in memory under the converted names (every
+    /// one of the configuration, no others), without a tokenizer: what
+    /// [`MiniVla::load_on`] does after reading the file. For timing a
+    /// size without writing its checkpoint (examples/minivla_cost.rs).
+    pub fn from_tensors(
+        cfg: &MiniVlaConfig,
+        tensors: HashMap<String, Tensor>,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self> {
+        Self::build_from(cfg, tensors, "<memory>", device, dtype)
+    }
+
+    fn build_from(
+        cfg: &MiniVlaConfig,
+        tensors: HashMap<String, Tensor>,
+        path: &str,
+        device: &Device,
+        dtype: DType,
+    ) -> Result<Self> {
         let names: HashSet<String> = tensors.keys().cloned().collect();
-        let path = w_path.display().to_string();
-        let (built, shapes) = build_checked(&cfg, Some(tensors), &path, dtype, device)?;
+        let path = path.to_string();
+        let (built, shapes) = build_checked(cfg, Some(tensors), &path, dtype, device)?;
         let mut extra: Vec<&String> = names.iter().filter(|n| !shapes.contains_key(*n)).collect();
         extra.sort();
         if let Some(key) = extra.first() {
@@ -220,23 +254,14 @@ impl MiniVla {
                 ),
             });
         }
-        let tok_path = dir.join(TOKENIZER_FILE);
-        let tokenizer = if tok_path.exists() {
-            Some(
-                tokenizers::Tokenizer::from_file(&tok_path)
-                    .map_err(|e| MiniVlaError::Tokenizer(format!("{}: {e}", tok_path.display())))?,
-            )
-        } else {
-            None
-        };
         let n_params = shapes.values().map(|s| s.iter().product::<usize>()).sum();
         Ok(Self {
-            cfg,
+            cfg: cfg.clone(),
             dino: built.dino,
             siglip: built.siglip,
             projector: built.projector,
             llm: built.llm,
-            tokenizer,
+            tokenizer: None,
             n_params,
             device: device.clone(),
             dtype,

@@ -3,89 +3,23 @@ use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::{
-    CONFIG_FILE, MiniVla, MiniVlaConfig, MiniVlaError, TOKENIZER_FILE, WEIGHTS_FILE, tensor_shapes,
-};
+use crate::{CONFIG_FILE, MiniVla, MiniVlaConfig, MiniVlaError, tensor_shapes};
 
-/// Deterministic weights in [-0.1, 0.1] (splitmix64), norms near 1.
+/// Deterministic weights in [-0.1, 0.1] (splitmix64), norms near 1, bf16.
 fn random_tensors(cfg: &MiniVlaConfig, seed: u64) -> HashMap<String, Tensor> {
-    let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        ((z ^ (z >> 31)) >> 11) as f32 / (1u64 << 53) as f32 * 0.2 - 0.1
-    };
-    let shapes = tensor_shapes(cfg).expect("shapes");
-    shapes
-        .into_iter()
-        .map(|(name, shape)| {
-            let n: usize = shape.iter().product();
-            let norm = name.ends_with("norm.weight")
-                || name.contains("norm1.weight")
-                || name.contains("norm2.weight")
-                || name.ends_with("layernorm.weight");
-            let v: Vec<f32> = (0..n)
-                .map(|_| next() + if norm { 1.0 } else { 0.0 })
-                .collect();
-            let t = Tensor::from_vec(v, shape, &Device::Cpu)
-                .and_then(|t| t.to_dtype(DType::BF16))
-                .expect("tensor");
-            (name, t)
-        })
-        .collect()
+    crate::stand_in::random_tensors(cfg, seed, DType::BF16).expect("tensors")
 }
 
 /// A word-level tokenizer in `tokenizer.json` form with Qwen's chat markers
 /// as special tokens (ids below `tokenizer_len - 256`).
 fn write_tokenizer(dir: &Path) {
-    let words = [
-        "[UNK]",
-        "system",
-        "user",
-        "assistant",
-        "What",
-        "action",
-        "should",
-        "the",
-        "robot",
-        "take",
-        "to",
-        "put",
-        "bowl",
-        "on",
-        "plate",
-        "?",
-    ];
-    let mut vocab: serde_json::Map<String, serde_json::Value> = words
-        .iter()
-        .enumerate()
-        .map(|(i, w)| (w.to_string(), serde_json::json!(i + 2)))
-        .collect();
-    vocab.insert("<|im_start|>".into(), serde_json::json!(0));
-    vocab.insert("<|im_end|>".into(), serde_json::json!(1));
-    let special = |id: usize, s: &str| {
-        serde_json::json!({"id": id, "content": s, "single_word": false, "lstrip": false,
-            "rstrip": false, "normalized": false, "special": true})
-    };
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null,
-        "added_tokens": [special(0, "<|im_start|>"), special(1, "<|im_end|>")],
-        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"},
-        "post_processor": null, "decoder": null,
-        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "[UNK]"}
-    });
-    std::fs::write(dir.join(TOKENIZER_FILE), tok.to_string()).expect("tokenizer");
+    let mut words = crate::stand_in::PROMPT_WORDS.to_vec();
+    words.extend(["put", "bowl", "on", "plate", "?"]);
+    crate::stand_in::write_word_tokenizer(dir, &words).expect("tokenizer");
 }
 
 fn write_checkpoint(dir: &Path, cfg: &MiniVlaConfig, tensors: &HashMap<String, Tensor>) {
-    std::fs::write(
-        dir.join(CONFIG_FILE),
-        serde_json::to_string_pretty(cfg).expect("json"),
-    )
-    .expect("config");
-    candle_core::safetensors::save(tensors, dir.join(WEIGHTS_FILE)).expect("weights");
+    crate::stand_in::write_checkpoint(dir, cfg, tensors).expect("checkpoint");
 }
 
 fn frame(w: u32, h: u32, seed: u32) -> image::RgbImage {
@@ -781,4 +715,104 @@ fn a_grpo_step_moves_the_adapters_towards_the_favoured_tokens_and_exports_merged
         .expect("lora");
     let e = narrow.load_adapters(&file).expect_err("rank 8 into rank 4");
     assert!(e.to_string().contains("lora_a"), "{e}");
+}
+
+/// MiniVLA through the episode runner's policy interface: one action per
+/// call, seeded by row stream (a batch that keeps some rows samples them as
+/// the full batch did), greedy tokens are the action tokens' argmax, the
+/// actions are the tokens' bin centres, and `dataset_statistics.json`
+/// un-normalises them with LIBERO's gripper convention.
+#[test]
+fn minivla_policy_samples_by_stream_and_greedy_is_the_action_argmax() {
+    use wmrl_policy::{ActionPolicy, PolicyInput};
+    let dir = tempfile::tempdir().expect("tmp");
+    let (m, ids, images) = rl_checkpoint(dir.path());
+    assert!(crate::is_minivla_dir(dir.path()));
+    let policy =
+        crate::MiniVlaPolicy::load(dir.path(), &Device::Cpu, DType::F32, None).expect("policy");
+    assert_eq!((policy.kind(), policy.chunk()), ("minivla", 1));
+    let input = |img: &image::RgbImage| PolicyInput {
+        instruction: "put the bowl on the plate".into(),
+        frames: vec![
+            wmrl_env::Frame::new(img.width(), img.height(), img.as_raw().clone()).expect("f"),
+        ],
+        prev_frame: None,
+        proprio: vec![0.0; 8],
+    };
+    let inputs = vec![
+        input(&images[0]),
+        input(&frame(24, 24, 7)),
+        input(&images[0]),
+    ];
+    // greedy: the argmax over the action tokens (what GRPO samples from;
+    // `predict_action_ids` takes OpenVLA's unconstrained argmax instead),
+    // decoded to bin centres
+    let greedy = policy
+        .sample_streams(&inputs[..1], 0.0, 3, &[0])
+        .expect("greedy");
+    let prefix = m.prefix(&images, &ids).expect("prefix");
+    let tokens = m
+        .sample_action_tokens(&prefix, 0.0, &mut || 0.5)
+        .expect("argmax")
+        .tokens;
+    let action = tokens.map(|t| m.action_of_token(t));
+    assert_eq!(greedy[0].tokens, tokens.to_vec());
+    assert_eq!(greedy[0].actions, vec![action]);
+    // sampled: rows by stream
+    let all = policy
+        .sample_streams(&inputs, 1.5, 11, &[0, 1, 2])
+        .expect("all");
+    let kept = policy
+        .sample_streams(&inputs[1..2], 1.5, 11, &[1])
+        .expect("kept");
+    assert_eq!(kept[0], all[1]);
+    // rows 0 and 2 see the same observation from different streams
+    let again = policy
+        .sample_streams(&inputs, 1.5, 11, &[0, 1, 2])
+        .expect("again");
+    assert_eq!(again, all);
+    assert!(all.iter().all(|s| s.tokens.len() == 7
+        && s.logprobs.iter().all(|l| l.is_finite() && *l <= 0.0)
+        && s.actions.len() == 1
+        && s.actions[0].iter().all(|a| (-1.0..=1.0).contains(a))));
+    let other_seed = policy
+        .sample_streams(&inputs, 1.5, 12, &[0, 1, 2])
+        .expect("s");
+    assert_ne!(other_seed, all, "the seed moves the samples");
+    assert!(
+        policy
+            .sample_streams(&inputs, 1.0, 0, &[0])
+            .is_err_and(|e| e.to_string().contains("streams")),
+        "one stream per row"
+    );
+    // published statistics: un-normalised, gripper binarised and inverted
+    std::fs::write(
+        dir.path().join(crate::STATS_FILE),
+        r#"{"libero_10_no_noops": {"action": {"q01": [-1, -1, -1, -0.5, -0.5, -0.5, 0],
+            "q99": [1, 1, 1, 0.5, 0.5, 0.5, 1],
+            "mask": [true, true, true, true, true, true, false]}}}"#,
+    )
+    .expect("stats");
+    let libero =
+        crate::MiniVlaPolicy::load(dir.path(), &Device::Cpu, DType::F32, Some("libero_10"))
+            .expect("policy");
+    let l = libero
+        .sample_streams(&inputs[..1], 0.0, 3, &[0])
+        .expect("l");
+    assert_eq!(l[0].tokens, tokens.to_vec());
+    let a = l[0].actions[0];
+    for d in 0..3 {
+        assert!((a[d] - action[d]).abs() < 1e-6);
+    }
+    for d in 3..6 {
+        assert!((a[d] - 0.5 * action[d]).abs() < 1e-6);
+    }
+    assert!(a[6] == 1.0 || a[6] == -1.0 || a[6] == 0.0);
+    assert_eq!(
+        a[6],
+        -(2.0 * action[6] - 1.0).signum() * f32::from(action[6] != 0.5)
+    );
+    // a tiny policy's directory is not a MiniVLA one
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/policy-tiny");
+    assert!(tiny.join(CONFIG_FILE).exists() && !crate::is_minivla_dir(&tiny));
 }

@@ -15,7 +15,7 @@
 //! episodes, reset together and run until all have ended; with
 //! [`Schedule::Refill`] (evaluation) a slot is refilled as soon as its
 //! episode ends and the whole run is one wave. Row `r` of a call draws
-//! from stream `r` of the call's seed ([`Policy::sample_streams`]).
+//! from stream `r` of the call's seed ([`ActionPolicy::sample_streams`]).
 //!
 //! A refill run can continue one that stopped early
 //! ([`run_episodes_after`]): the episodes that had ended are not run again
@@ -28,7 +28,7 @@ use wmrl_env::clock::Stopwatch;
 use serde::{Deserialize, Serialize};
 use wmrl_env::{Observation, ResetRequest, StepResult, VecEnv};
 
-use crate::{ACTION_DIM, Policy, PolicyError, PolicyInput, Result, Sample};
+use crate::{ACTION_DIM, ActionPolicy, PolicyError, PolicyInput, Result, Sample};
 
 /// When free slots get the next episodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +59,7 @@ pub struct RunOptions {
     pub observe_at_cap: bool,
     /// Render at every step (GIFs, recorded episodes).
     pub observe_every_step: bool,
-    /// Call [`Policy::sample_with_features`] and hand each sample's action
+    /// Call [`ActionPolicy::sample_with_features`] and hand each sample's action
     /// head inputs to the observer (samples are the same either way).
     pub keep_features: bool,
 }
@@ -193,7 +193,7 @@ impl Slot {
 /// on `env`, telling `observer` what happens. Deterministic for given
 /// options and environment: the schedule fixes which slots run together.
 pub fn run_episodes(
-    policy: &Policy,
+    policy: &dyn ActionPolicy,
     env: &mut dyn VecEnv,
     requests: &[ResetRequest],
     opts: &RunOptions,
@@ -210,7 +210,7 @@ pub fn run_episodes(
 /// [`Schedule::Refill`] and the environment's slot count of the earlier
 /// run: an episode the schedule would place elsewhere is an error.
 pub fn run_episodes_after(
-    policy: &Policy,
+    policy: &dyn ActionPolicy,
     env: &mut dyn VecEnv,
     requests: &[ResetRequest],
     ended: &[Option<Placement>],
@@ -224,7 +224,7 @@ pub fn run_episodes_after(
         ));
     }
     let spec = env.spec().clone();
-    let chunk = policy.config().chunk;
+    let chunk = policy.chunk().max(1);
     let exec = if opts.execute_steps == 0 {
         chunk
     } else {

@@ -11,6 +11,10 @@ pub enum PolicyError {
     Config(String),
     #[error("invalid input: {0}")]
     Input(String),
+    /// A policy implemented outside this crate failed (its own error, as
+    /// text: e.g. a MiniVLA forward pass).
+    #[error("policy model: {0}")]
+    Model(String),
     /// A checkpoint that is missing, corrupt or does not match its config;
     /// `tensor` names the offending tensor.
     #[error("checkpoint {path}: tensor `{tensor}`: {message}")]

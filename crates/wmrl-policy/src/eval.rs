@@ -17,7 +17,7 @@ use crate::checkpoint::write_json;
 use crate::episodes::{EpisodeObserver, Placement, RunOptions, run_episodes_after};
 use crate::error::io_err;
 use crate::eval_record::{Record, RecordSettings, RecordedEpisode};
-use crate::{Policy, PolicyError, Result};
+use crate::{PolicyError, Result};
 
 /// Evaluation settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -334,13 +334,17 @@ impl Keeper<'_> {
 }
 
 /// Run every (task, init state) episode of `cfg` and report success.
-pub fn evaluate(policy: &Policy, env: &mut dyn VecEnv, cfg: &EvalConfig) -> Result<EvalReport> {
+pub fn evaluate(
+    policy: &dyn crate::ActionPolicy,
+    env: &mut dyn VecEnv,
+    cfg: &EvalConfig,
+) -> Result<EvalReport> {
     evaluate_with_progress(policy, env, cfg, None)
 }
 
 /// [`evaluate`], counting finished episodes on `progress`.
 pub fn evaluate_with_progress(
-    policy: &Policy,
+    policy: &dyn crate::ActionPolicy,
     env: &mut dyn VecEnv,
     cfg: &EvalConfig,
     progress: Option<&crate::Progress>,

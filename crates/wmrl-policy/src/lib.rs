@@ -18,6 +18,7 @@
 //! never talks to sockets or simulators directly.
 
 mod action;
+mod actor;
 mod checkpoint;
 mod config;
 pub mod episodes;
@@ -38,6 +39,7 @@ mod sft;
 mod tests;
 
 pub use action::ActionTokenizer;
+pub use actor::ActionPolicy;
 /// The candle version this crate is built on, for callers that build tensors.
 pub use candle_core as candle;
 pub use checkpoint::{CONFIG_FILE, WEIGHTS_FILE, read_tensors};

@@ -149,7 +149,7 @@ pub enum Sub {
         bind: String,
         /// real (execute every group), wm (world model only) or wmrl.
         #[arg(long, default_value = "wmrl")]
-        arm: String,
+        arm: ArArm,
         /// Fraction of all groups executed in the sandbox (wmrl), in (0, 1],
         /// kept over the stream of requests.
         #[arg(long, default_value = "0.25")]
@@ -172,7 +172,7 @@ pub enum Sub {
     /// Train the policy with one arm and one seed.
     Train {
         #[arg(long, default_value = "wmrl")]
-        arm: String,
+        arm: ArArm,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Outcome predictor ONNX file, run through ONNX Runtime (required
@@ -407,7 +407,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             out,
             common,
         } => {
-            let arm = ArArm::from_name(&arm).context("arm must be real, wm or wmrl")?;
             let mut cfg: TrainConfig = match config {
                 Some(p) => serde_json::from_str(&std::fs::read_to_string(&p)?)?,
                 None => TrainConfig::default(),
@@ -480,7 +479,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_requests,
             common,
         } => {
-            let arm = ArArm::from_name(&arm).context("arm must be real, wm or wmrl")?;
             let pred = if arm == ArArm::Real {
                 None
             } else {

@@ -13,9 +13,21 @@ use wmrl_policy::EvalConfig;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Run directory holding config.json and model.safetensors.
+    /// Policy directory holding config.json and model.safetensors: a
+    /// `tiny` policy (models/policy-tiny, a run's checkpoint) or a converted
+    /// MiniVLA (scripts/convert_minivla.py; its config.json names the two
+    /// vision backbones), told apart by the config.
     #[arg(long)]
     pub policy: PathBuf,
+    /// MiniVLA only: the dtype it runs in (`f32` or `bf16`; the `tiny`
+    /// policy always runs in f32).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
+    pub dtype: String,
+    /// MiniVLA only: the dataset in its `dataset_statistics.json` whose
+    /// action statistics un-normalise the actions (e.g. `libero_10`; needed
+    /// when the file holds several).
+    #[arg(long)]
+    pub stats_key: Option<String>,
     /// `all` or a list like `0,3,5-7`.
     #[arg(long, default_value = "all")]
     pub tasks: String,
@@ -113,8 +125,8 @@ pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     wmrl_train::device::select(args.device);
-    let policy = wmrl_train::device::load_policy(&args.policy)
-        .with_context(|| format!("loading {}", args.policy.display()))?;
+    let policy =
+        load_any_policy(&args).with_context(|| format!("loading {}", args.policy.display()))?;
     let mut env = make_env(&args)?;
     let n_tasks = env.spec().tasks.len();
     let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));
@@ -143,7 +155,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let n_episodes = eval_tasks * cfg.init_states.len() * cfg.repeats.max(1);
     let bar = wmrl_policy::Progress::new("eval", n_episodes as u64, "episodes", true);
-    let report = wmrl_policy::evaluate_with_progress(&policy, env.as_mut(), &cfg, Some(&bar));
+    let report =
+        wmrl_policy::evaluate_with_progress(policy.as_ref(), env.as_mut(), &cfg, Some(&bar));
     bar.finish();
     let report = report.map_err(|e| {
         let hint = match &e {
@@ -173,6 +186,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         out.join("eval.json").display()
     );
     Ok(())
+}
+
+/// The policy in `--policy`, of the kind its config names, on this
+/// process's device.
+fn load_any_policy(args: &Args) -> anyhow::Result<Box<dyn wmrl_policy::ActionPolicy>> {
+    let device = &wmrl_train::device::placement().policy;
+    if wmrl_minivla::is_minivla_dir(&args.policy) {
+        let dtype = match args.dtype.as_str() {
+            "bf16" => wmrl_policy::candle::DType::BF16,
+            _ => wmrl_policy::candle::DType::F32,
+        };
+        let p = wmrl_minivla::MiniVlaPolicy::load(
+            &args.policy,
+            device,
+            dtype,
+            args.stats_key.as_deref(),
+        )?;
+        tracing::info!("MiniVLA ({}) in {}", p.model().config().preset, args.dtype);
+        Ok(Box::new(p))
+    } else {
+        Ok(Box::new(wmrl_train::device::load_policy(&args.policy)?))
+    }
 }
 
 /// Names the policy in the evaluation record: FNV-1a 64 of its config and

@@ -13,7 +13,7 @@ pub struct Args {
     /// Reward arm: sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl,
     /// or the control sparse_shuffled (advantages shuffled within groups).
     #[arg(long)]
-    pub arm: Option<String>,
+    pub arm: Option<Arm>,
     #[arg(long)]
     pub seed: Option<u64>,
     /// Run directory to create.
@@ -87,12 +87,8 @@ impl<'a> Flags<'a> {
 pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
     let path = args.config.as_ref().context("--config is required")?;
     let mut cfg = TrainConfig::load_with(path, &args.set)?;
-    if let Some(a) = &args.arm {
-        cfg.arm = Arm::from_name(a).with_context(|| {
-            format!(
-                "unknown arm `{a}` (sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl, sparse_shuffled)"
-            )
-        })?;
+    if let Some(a) = args.arm {
+        cfg.arm = a;
     }
     if let Some(s) = args.seed {
         cfg.seed = s;

@@ -1,0 +1,168 @@
+//! CPU time and peak memory of MiniVLA's two costs in GRPO (issue 30,
+//! point 4): one policy step (both vision backbones and the projector on
+//! one 224 px frame, then the 7 action tokens sampled through the KV cache)
+//! and one GRPO update (the action tokens' log-probabilities of a group of
+//! rollouts recomputed with gradient, backward to the LoRA adapters, one
+//! AdamW step).
+//!
+//! The weights are drawn at random in memory (no checkpoint is written or
+//! read; the arithmetic of a step does not depend on the values), in the
+//! full published sizes unless `--preset scaled_down`.
+//!
+//!     cargo run --release -p wmrl-minivla --example minivla_cost -- \
+//!         [--preset full|scaled_down] [--dtype f32|bf16] [--group 8] \
+//!         [--steps-per-rollout 1] [--no-update]
+//!
+//! Prints one JSON line: CPU seconds (process CPU time, all threads) and
+//! wall seconds of each phase, and the peak resident memory (VmHWM) after
+//! building, after the policy steps and after the update.
+
+use std::collections::HashMap;
+
+use candle_core::{DType, Device, Tensor};
+use wmrl_env::clock::process_cpu_secs;
+use wmrl_minivla::rl::{ActionStep, LoraConfig};
+use wmrl_minivla::{MiniVla, MiniVlaConfig, tensor_shapes};
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let preset: String = arg(&args, "--preset", "full".to_string());
+    let dtype = match arg(&args, "--dtype", "f32".to_string()).as_str() {
+        "f32" => DType::F32,
+        "bf16" => DType::BF16,
+        d => return Err(format!("--dtype {d}: f32 or bf16").into()),
+    };
+    let group: usize = arg(&args, "--group", 8);
+    let per_rollout: usize = arg(&args, "--steps-per-rollout", 1);
+    let update = !args.iter().any(|a| a == "--no-update");
+    let cfg = match preset.as_str() {
+        "full" => MiniVlaConfig::full(),
+        "scaled_down" => MiniVlaConfig::scaled_down(),
+        p => return Err(format!("--preset {p}: full or scaled_down").into()),
+    };
+    let dev = Device::Cpu;
+
+    let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
+    let mut tensors = HashMap::new();
+    for (name, shape) in tensor_shapes(&cfg)? {
+        let t = if name.contains("norm") && name.ends_with("weight") {
+            Tensor::ones(shape, dtype, &dev)?
+        } else {
+            Tensor::randn(0f32, 0.02, shape, &dev)?.to_dtype(dtype)?
+        };
+        tensors.insert(name, t);
+    }
+    let mut m = MiniVla::from_tensors(&cfg, tensors, &dev, dtype)?;
+    m.attach_lora(&LoraConfig::default())?;
+    let build = (wall.elapsed().as_secs_f64(), process_cpu_secs() - cpu);
+    let rss_built = peak_rss_mib();
+    let lora_params: usize = m.adapters().iter().map(|(_, v)| v.elem_count()).sum();
+
+    // A prompt of 24 ids (the real prompt is about as long) below the
+    // action tokens.
+    let prompt: Vec<u32> = (0..24u32).map(|i| 100 + i).collect();
+    let frame = |k: u32| {
+        image::RgbImage::from_fn(224, 224, |x, y| {
+            let v = ((x * 7 + y * 13 + k * 31) % 256) as u8;
+            image::Rgb([v, 255 - v, v / 2])
+        })
+    };
+    let mut u = {
+        let mut s = 7u64;
+        move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        }
+    };
+    let n_steps = group * per_rollout;
+    let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
+    let mut prefix_cpu = 0.0;
+    let mut steps = Vec::with_capacity(n_steps);
+    for k in 0..n_steps {
+        let c0 = process_cpu_secs();
+        let prefix = m.prefix(&[frame(k as u32)], &prompt)?;
+        prefix_cpu += process_cpu_secs() - c0;
+        let sample = m.sample_action_tokens(&prefix, 1.0, &mut u)?;
+        steps.push(ActionStep {
+            prefix,
+            sample,
+            advantage: if k % 2 == 0 { 1.0 } else { -1.0 },
+        });
+    }
+    let policy = (
+        wall.elapsed().as_secs_f64() / n_steps as f64,
+        (process_cpu_secs() - cpu) / n_steps as f64,
+    );
+    let rss_policy = peak_rss_mib();
+
+    let mut upd = None;
+    if update {
+        let mut opt = wmrl_grpo::AdamW::new(
+            m.adapters(),
+            wmrl_grpo::OptimConfig {
+                warmup_steps: 0,
+                ..Default::default()
+            },
+            &[],
+        )?;
+        let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
+        let (loss, stats) = m.grpo_objective(&steps, 1.0, &wmrl_grpo::Objective::default())?;
+        opt.step(&loss)?;
+        upd = Some((
+            wall.elapsed().as_secs_f64(),
+            process_cpu_secs() - cpu,
+            stats.ratio_mean,
+        ));
+    }
+    let rss_update = peak_rss_mib();
+    let out = serde_json::json!({
+        "preset": preset,
+        "dtype": format!("{dtype:?}"),
+        "params": m.n_params(),
+        "lora_params": lora_params,
+        // candle's CPU kernels use RAYON_NUM_THREADS threads when it is set
+        "threads": std::env::var("RAYON_NUM_THREADS")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
+        "build": {"wall_s": build.0, "cpu_s": build.1},
+        "policy_step": {
+            "wall_s": policy.0,
+            "cpu_s": policy.1,
+            "vision_cpu_s": prefix_cpu / n_steps as f64,
+            "steps_timed": n_steps,
+        },
+        "grpo_update": upd.map(|(w, c, r)| serde_json::json!({
+            "rollouts": group,
+            "steps_per_rollout": per_rollout,
+            "wall_s": w,
+            "cpu_s": c,
+            "ratio_mean_at_old_params": r,
+        })),
+        "peak_rss_mib": {"built": rss_built, "after_policy_steps": rss_policy, "after_update": rss_update},
+    });
+    println!("{out}");
+    Ok(())
+}

@@ -17,7 +17,7 @@ mod objective;
 mod optim;
 
 pub use objective::{GrpoStats, Objective, ObjectiveInputs, objective};
-pub use optim::{AdamW, OptimConfig, StepStats};
+pub use optim::{AdamW, Gradients, OptimConfig, StepStats};
 
 /// What can go wrong in an update.
 #[derive(Debug, thiserror::Error)]

@@ -74,6 +74,23 @@ pub struct StepStats {
     pub lr: f64,
 }
 
+/// Gradients summed over the micro-batches of one update
+/// ([`AdamW::accumulate`], [`AdamW::step_accumulated`]).
+#[derive(Debug, Default)]
+pub struct Gradients {
+    grads: Vec<Option<Tensor>>,
+    losses: usize,
+}
+
+fn finite_loss(loss: &Tensor) -> Result<()> {
+    let lv = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+    if lv.is_finite() {
+        Ok(())
+    } else {
+        Err(GrpoError::NonFinite(format!("loss is {lv}")))
+    }
+}
+
 struct Slot {
     name: String,
     var: Var,
@@ -155,23 +172,68 @@ impl AdamW {
     }
 
     fn step_with_lr(&mut self, loss: &Tensor, lr: f64) -> Result<StepStats> {
-        let lv = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-        if !lv.is_finite() {
-            return Err(GrpoError::NonFinite(format!("loss is {lv}")));
-        }
+        finite_loss(loss)?;
         let grads = loss.backward()?;
-        let mut sq = 0f64;
-        let mut gs: Vec<Option<Tensor>> = Vec::with_capacity(self.slots.len());
-        for s in &self.slots {
-            let g = grads.get(s.var.as_tensor()).cloned();
-            if let Some(g) = &g {
-                sq += g
-                    .to_dtype(DType::F64)?
-                    .sqr()?
-                    .sum_all()?
-                    .to_scalar::<f64>()?;
+        let gs: Vec<Option<Tensor>> = self
+            .slots
+            .iter()
+            .map(|s| grads.get(s.var.as_tensor()).cloned())
+            .collect();
+        self.apply(gs, lr)
+    }
+
+    /// Add the gradient of `loss` (one micro-batch of an update) to `acc`,
+    /// leaving the parameters alone: an update over more rollouts than fit
+    /// in memory at once sums its micro-batches' gradients (each loss
+    /// weighted by its share of the update's units) and then takes one
+    /// [`Self::step_accumulated`]. The loss's graph is freed on return.
+    pub fn accumulate(&self, loss: &Tensor, acc: &mut Gradients) -> Result<()> {
+        finite_loss(loss)?;
+        let grads = loss.backward()?;
+        if acc.grads.is_empty() {
+            acc.grads = vec![None; self.slots.len()];
+        }
+        if acc.grads.len() != self.slots.len() {
+            return Err(GrpoError::Config(format!(
+                "gradients of {} parameters for an optimiser of {}",
+                acc.grads.len(),
+                self.slots.len()
+            )));
+        }
+        for (s, a) in self.slots.iter().zip(acc.grads.iter_mut()) {
+            if let Some(g) = grads.get(s.var.as_tensor()) {
+                *a = Some(match a.take() {
+                    Some(prev) => (prev + g)?,
+                    None => g.clone(),
+                });
             }
-            gs.push(g);
+        }
+        acc.losses += 1;
+        Ok(())
+    }
+
+    /// One step on the summed gradients of [`Self::accumulate`] (clipped by
+    /// their global norm, as [`Self::step`] clips one loss's). Fails on an
+    /// empty accumulator or a non-finite gradient without touching the
+    /// parameters.
+    pub fn step_accumulated(&mut self, acc: Gradients) -> Result<StepStats> {
+        if acc.losses == 0 {
+            return Err(GrpoError::Config("no gradient accumulated".into()));
+        }
+        let lr = self.cfg.lr_at(self.step);
+        self.apply(acc.grads, lr)
+    }
+
+    /// Clip `gs` (one per slot) by their global norm and take the AdamW
+    /// step at `lr`.
+    fn apply(&mut self, gs: Vec<Option<Tensor>>, lr: f64) -> Result<StepStats> {
+        let mut sq = 0f64;
+        for g in gs.iter().flatten() {
+            sq += g
+                .to_dtype(DType::F64)?
+                .sqr()?
+                .sum_all()?
+                .to_scalar::<f64>()?;
         }
         let grad_norm = sq.sqrt();
         if !grad_norm.is_finite() {

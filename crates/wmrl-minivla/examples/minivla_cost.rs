@@ -2,8 +2,8 @@
 //! point 4): one policy step (both vision backbones and the projector on
 //! one 224 px frame, then the 7 action tokens sampled through the KV cache)
 //! and one GRPO update (the action tokens' log-probabilities of a group of
-//! rollouts recomputed with gradient, backward to the LoRA adapters, one
-//! AdamW step).
+//! rollouts recomputed with gradient, backward to the LoRA adapters in
+//! micro-batches of `--micro-batch` steps, one AdamW step).
 //!
 //! The weights are drawn at random in memory (no checkpoint is written or
 //! read; the arithmetic of a step does not depend on the values), in the
@@ -11,7 +11,7 @@
 //!
 //!     cargo run --release -p wmrl-minivla --example minivla_cost -- \
 //!         [--preset full|scaled_down] [--dtype f32|bf16] [--group 8] \
-//!         [--steps-per-rollout 1] [--no-update]
+//!         [--steps-per-rollout 1] [--micro-batch 1] [--no-update]
 //!
 //! Prints one JSON line: CPU seconds (process CPU time, all threads) and
 //! wall seconds of each phase, and the peak resident memory (VmHWM) after
@@ -55,6 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let group: usize = arg(&args, "--group", 8);
     let per_rollout: usize = arg(&args, "--steps-per-rollout", 1);
     let update = !args.iter().any(|a| a == "--no-update");
+    let micro: usize = arg(&args, "--micro-batch", 1);
     let cfg = match preset.as_str() {
         "full" => MiniVlaConfig::full(),
         "scaled_down" => MiniVlaConfig::scaled_down(),
@@ -128,8 +129,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[],
         )?;
         let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
-        let (loss, stats) = m.grpo_objective(&steps, 1.0, &wmrl_grpo::Objective::default())?;
-        opt.step(&loss)?;
+        let (_, stats) = m.grpo_update(
+            &mut opt,
+            &steps,
+            1.0,
+            &wmrl_grpo::Objective::default(),
+            micro,
+        )?;
         upd = Some((
             wall.elapsed().as_secs_f64(),
             process_cpu_secs() - cpu,
@@ -157,6 +163,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "grpo_update": upd.map(|(w, c, r)| serde_json::json!({
             "rollouts": group,
             "steps_per_rollout": per_rollout,
+            "micro_batch": micro,
             "wall_s": w,
             "cpu_s": c,
             "ratio_mean_at_old_params": r,

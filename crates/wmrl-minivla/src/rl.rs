@@ -373,6 +373,47 @@ impl MiniVla {
             .map_err(|e| MiniVlaError::Config(format!("grpo objective: {e}")))
     }
 
+    /// One GRPO update of the adapters over `steps` in micro-batches of at
+    /// most `micro_batch` steps: each micro-batch's objective (weighted by
+    /// its share of the tokens, so that the sum is the whole batch's
+    /// token-mean objective) is differentiated and freed before the next,
+    /// the gradients are summed, and `opt` takes one step. Peak memory
+    /// grows with `micro_batch`, not with the group: a group of 8 rollouts
+    /// of the full model needs about 2 GB of activations per step in the
+    /// micro-batch (docs/policy.md). Returns the optimiser's step and the
+    /// objective's statistics over all steps.
+    pub fn grpo_update(
+        &self,
+        opt: &mut wmrl_grpo::AdamW,
+        steps: &[ActionStep],
+        temperature: f32,
+        objective: &Objective,
+        micro_batch: usize,
+    ) -> Result<(wmrl_grpo::StepStats, GrpoStats)> {
+        if steps.is_empty() {
+            return Err(MiniVlaError::Config("grpo_update: no steps".into()));
+        }
+        let grpo = |e: wmrl_grpo::GrpoError| MiniVlaError::Config(format!("grpo update: {e}"));
+        let total = steps.len() as f64;
+        let mut acc = wmrl_grpo::Gradients::default();
+        let mut stats = GrpoStats::default();
+        for chunk in steps.chunks(micro_batch.max(1)) {
+            let share = chunk.len() as f64 / total;
+            let (loss, st) = self.grpo_objective(chunk, temperature, objective)?;
+            opt.accumulate(&(loss * share)?, &mut acc).map_err(grpo)?;
+            stats.loss += share * st.loss;
+            stats.policy_loss += share * st.policy_loss;
+            stats.kl_ref += share * st.kl_ref;
+            stats.entropy += share * st.entropy;
+            stats.clip_frac += share * st.clip_frac;
+            stats.approx_kl_old += share * st.approx_kl_old;
+            stats.ratio_mean += share * st.ratio_mean;
+            stats.n_tokens += st.n_tokens;
+        }
+        let step = opt.step_accumulated(acc).map_err(grpo)?;
+        Ok((step, stats))
+    }
+
     /// Write the adapted model to `dst` in the converted layout: the
     /// checkpoint `src` (the directory this model was loaded from) with
     /// each adapted projection's weight replaced by `W + scale * B A`

@@ -247,6 +247,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
         }
     }
+    // Runs that read the world model need ONNX Runtime: a machine without
+    // it is told so here, before any run starts and fails on its own.
+    if todo
+        .iter()
+        .any(|j| j.arm.is_some_and(|a| a.arm.uses_world_model()))
+    {
+        wmrl_worldmodel::runtime::environment().context(
+            "arms of this bench score rollouts with the world model through ONNX Runtime \
+             (scripts/setup onnxruntime installs it)",
+        )?;
+    }
     // Progress in training steps across the runs, so that the rate and ETA
     // move while a long run works (a run counts as done steps only from its
     // metrics.jsonl; a resumed run's finished steps are not this session's).

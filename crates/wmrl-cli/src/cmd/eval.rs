@@ -19,8 +19,9 @@ pub struct Args {
     /// vision backbones), told apart by the config.
     #[arg(long)]
     pub policy: PathBuf,
-    /// MiniVLA only: the dtype it runs in (`f32` or `bf16`; the `tiny`
-    /// policy always runs in f32).
+    /// MiniVLA only: the dtype it runs in (`f32`, or `bf16` on the GPU:
+    /// candle's CPU backend has no bf16 matrix product; the `tiny` policy
+    /// always runs in f32).
     #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
     pub dtype: String,
     /// MiniVLA only: the dataset in its `dataset_statistics.json` whose
@@ -197,6 +198,11 @@ fn load_any_policy(args: &Args) -> anyhow::Result<Box<dyn wmrl_policy::ActionPol
             "bf16" => wmrl_policy::candle::DType::BF16,
             _ => wmrl_policy::candle::DType::F32,
         };
+        anyhow::ensure!(
+            !(device.is_cpu() && dtype == wmrl_policy::candle::DType::BF16),
+            "--dtype bf16 needs the GPU (--device cuda): candle's CPU backend has no bf16 \
+             matrix product; on the CPU use --dtype f32"
+        );
         let p = wmrl_minivla::MiniVlaPolicy::load(
             &args.policy,
             device,

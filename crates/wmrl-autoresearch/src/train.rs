@@ -910,32 +910,14 @@ impl Track for ArTrack<'_> {
         let seed = t.seed.wrapping_add(run.step as u64);
         let ends = run.step == 0 || run.step == t.cfg.steps;
         let (samples, ex, suite) = (t.cfg.eval_samples, t.executor, t.suite);
-        let heldout = if ends || t.cfg.curve_on == CurveOn::Heldout {
-            Some(evaluate(
-                &t.policy,
-                suite,
-                ex,
-                Split::Heldout,
-                samples,
-                seed,
-                &mut run.ledger,
-            )?)
-        } else {
-            None
-        };
-        let train_competitions = if t.cfg.curve_on == CurveOn::Train {
-            Some(evaluate(
-                &t.policy,
-                suite,
-                ex,
-                Split::Train,
-                samples,
-                seed,
-                &mut run.ledger,
-            )?)
-        } else {
-            None
-        };
+        let mut read =
+            |split| evaluate(&t.policy, suite, ex, split, samples, seed, &mut run.ledger);
+        let heldout = (ends || t.cfg.curve_on == CurveOn::Heldout)
+            .then(|| read(Split::Heldout))
+            .transpose()?;
+        let train_competitions = (t.cfg.curve_on == CurveOn::Train)
+            .then(|| read(Split::Train))
+            .transpose()?;
         let point = EvalPoint {
             step: run.step,
             train_cpu_secs: run.ledger.real_cpu_seconds,

@@ -64,84 +64,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dev = Device::Cpu;
 
     let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
-    let mut tensors = HashMap::new();
-    for (name, shape) in tensor_shapes(&cfg)? {
-        let t = if name.contains("norm") && name.ends_with("weight") {
-            Tensor::ones(shape, dtype, &dev)?
-        } else {
-            Tensor::randn(0f32, 0.02, shape, &dev)?.to_dtype(dtype)?
-        };
-        tensors.insert(name, t);
-    }
-    let mut m = MiniVla::from_tensors(&cfg, tensors, &dev, dtype)?;
-    m.attach_lora(&LoraConfig::default())?;
-    let build = (wall.elapsed().as_secs_f64(), process_cpu_secs() - cpu);
+    let m = build(&cfg, dtype, &dev)?;
+    let built = (wall.elapsed().as_secs_f64(), process_cpu_secs() - cpu);
     let rss_built = peak_rss_mib();
     let lora_params: usize = m.adapters().iter().map(|(_, v)| v.elem_count()).sum();
 
-    // A prompt of 24 ids (the real prompt is about as long) below the
-    // action tokens.
-    let prompt: Vec<u32> = (0..24u32).map(|i| 100 + i).collect();
-    let frame = |k: u32| {
-        image::RgbImage::from_fn(224, 224, |x, y| {
-            let v = ((x * 7 + y * 13 + k * 31) % 256) as u8;
-            image::Rgb([v, 255 - v, v / 2])
-        })
-    };
-    let mut u = {
-        let mut s = 7u64;
-        move || {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (s >> 11) as f64 / (1u64 << 53) as f64
-        }
-    };
+    let Sampled {
+        steps,
+        per_step: policy,
+        vision_cpu: prefix_cpu,
+    } = policy_steps(&m, group * per_rollout)?;
     let n_steps = group * per_rollout;
-    let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
-    let mut prefix_cpu = 0.0;
-    let mut steps = Vec::with_capacity(n_steps);
-    for k in 0..n_steps {
-        let c0 = process_cpu_secs();
-        let prefix = m.prefix(&[frame(k as u32)], &prompt)?;
-        prefix_cpu += process_cpu_secs() - c0;
-        let sample = m.sample_action_tokens(&prefix, 1.0, &mut u)?;
-        steps.push(ActionStep {
-            prefix,
-            sample,
-            advantage: if k % 2 == 0 { 1.0 } else { -1.0 },
-        });
-    }
-    let policy = (
-        wall.elapsed().as_secs_f64() / n_steps as f64,
-        (process_cpu_secs() - cpu) / n_steps as f64,
-    );
     let rss_policy = peak_rss_mib();
 
-    let mut upd = None;
-    if update {
-        let mut opt = wmrl_grpo::AdamW::new(
-            m.adapters(),
-            wmrl_grpo::OptimConfig {
-                warmup_steps: 0,
-                ..Default::default()
-            },
-            &[],
-        )?;
-        let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
-        let (_, stats) = m.grpo_update(
-            &mut opt,
-            &steps,
-            1.0,
-            &wmrl_grpo::Objective::default(),
-            micro,
-        )?;
-        upd = Some((
-            wall.elapsed().as_secs_f64(),
-            process_cpu_secs() - cpu,
-            stats.ratio_mean,
-        ));
-    }
+    let upd = if update {
+        Some(grpo_update(&m, &steps, micro)?)
+    } else {
+        None
+    };
     let rss_update = peak_rss_mib();
     let out = serde_json::json!({
         "preset": preset,
@@ -153,7 +93,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
             .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)),
-        "build": {"wall_s": build.0, "cpu_s": build.1},
+        "build": {"wall_s": built.0, "cpu_s": built.1},
         "policy_step": {
             "wall_s": policy.0,
             "cpu_s": policy.1,
@@ -172,4 +112,104 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     println!("{out}");
     Ok(())
+}
+
+type Error = Box<dyn std::error::Error>;
+
+/// The model of `cfg` with random weights (norm weights 1, the rest
+/// N(0, 0.02)) and LoRA adapters at their defaults.
+fn build(cfg: &MiniVlaConfig, dtype: DType, dev: &Device) -> Result<MiniVla, Error> {
+    let mut tensors = HashMap::new();
+    for (name, shape) in tensor_shapes(cfg)? {
+        let t = if name.contains("norm") && name.ends_with("weight") {
+            Tensor::ones(shape, dtype, dev)?
+        } else {
+            Tensor::randn(0f32, 0.02, shape, dev)?.to_dtype(dtype)?
+        };
+        tensors.insert(name, t);
+    }
+    let mut m = MiniVla::from_tensors(cfg, tensors, dev, dtype)?;
+    m.attach_lora(&LoraConfig::default())?;
+    Ok(m)
+}
+
+/// What the timed policy steps left: the steps (with alternating
+/// advantages, for the update) and their cost.
+struct Sampled {
+    steps: Vec<ActionStep>,
+    /// (wall s, CPU s) per step.
+    per_step: (f64, f64),
+    /// CPU seconds of the vision side, all steps together.
+    vision_cpu: f64,
+}
+
+/// `n_steps` policy steps on synthetic 224 px frames.
+fn policy_steps(m: &MiniVla, n_steps: usize) -> Result<Sampled, Error> {
+    // A prompt of 24 ids (the real prompt is about as long) below the
+    // action tokens.
+    let prompt: Vec<u32> = (0..24u32).map(|i| 100 + i).collect();
+    let frame = |k: u32| {
+        image::RgbImage::from_fn(224, 224, |x, y| {
+            let v = ((x * 7 + y * 13 + k * 31) % 256) as u8;
+            image::Rgb([v, 255 - v, v / 2])
+        })
+    };
+    let mut u = {
+        let mut s = 7u64;
+        move || {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (s >> 11) as f64 / (1u64 << 53) as f64
+        }
+    };
+    let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
+    let mut prefix_cpu = 0.0;
+    let mut steps = Vec::with_capacity(n_steps);
+    for k in 0..n_steps {
+        let c0 = process_cpu_secs();
+        let prefix = m.prefix(&[frame(k as u32)], &prompt)?;
+        prefix_cpu += process_cpu_secs() - c0;
+        let sample = m.sample_action_tokens(&prefix, 1.0, &mut u)?;
+        steps.push(ActionStep {
+            prefix,
+            sample,
+            advantage: if k % 2 == 0 { 1.0 } else { -1.0 },
+        });
+    }
+    let per_step = (
+        wall.elapsed().as_secs_f64() / n_steps as f64,
+        (process_cpu_secs() - cpu) / n_steps as f64,
+    );
+    Ok(Sampled {
+        steps,
+        per_step,
+        vision_cpu: prefix_cpu,
+    })
+}
+
+/// One GRPO update over `steps` in micro-batches of `micro`: (wall s,
+/// CPU s, the ratio's mean at the sampling parameters).
+fn grpo_update(m: &MiniVla, steps: &[ActionStep], micro: usize) -> Result<(f64, f64, f64), Error> {
+    let mut opt = wmrl_grpo::AdamW::new(
+        m.adapters(),
+        wmrl_grpo::OptimConfig {
+            warmup_steps: 0,
+            ..Default::default()
+        },
+        &[],
+    )?;
+    let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
+    let (_, stats) = m.grpo_update(
+        &mut opt,
+        steps,
+        1.0,
+        &wmrl_grpo::Objective::default(),
+        micro,
+    )?;
+    Ok((
+        wall.elapsed().as_secs_f64(),
+        process_cpu_secs() - cpu,
+        stats.ratio_mean,
+    ))
 }

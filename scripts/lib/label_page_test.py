@@ -119,6 +119,13 @@ def kill(p):
     p.wait()
 
 
+# The rollout on the page once the page takes presses: the id is set before
+# the frames load, and until they have (and the last label's request is
+# done) the buttons are disabled and a press is dropped.
+READY_ID = ("(document.getElementById('success').disabled ? null"
+            " : document.getElementById('item-id').dataset.id)")
+
+
 def flags():
     return {f["id"]: f["success"] for f in jsonl(os.path.join(labels_dir, "sim_flags.jsonl"))}
 
@@ -140,7 +147,7 @@ class Chromium:
         self.body = self.d.find_element(By.TAG_NAME, "body")
 
     def current(self):
-        return self.d.find_element(By.ID, "item-id").get_attribute("data-id")
+        return self.d.execute_script("return " + READY_ID)
 
     def key(self, k):
         self.body.send_keys(k)
@@ -214,7 +221,7 @@ class Firefox:
         return r["result"].get("value")
 
     def current(self):
-        return self.eval("document.getElementById('item-id').dataset.id")
+        return self.eval(READY_ID)
 
     def key(self, k):
         self.call("input.performActions", {"context": self.ctx, "actions": [
@@ -222,8 +229,12 @@ class Firefox:
                 {"type": "keyDown", "value": k}, {"type": "keyUp", "value": k}]}]})
 
     def click(self, element_id):
-        box = self.eval(f"(() => {{ const r = document.getElementById('{element_id}')"
-                        ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + r.height / 2]; })()")
+        # Into view first: the counts and plots grow the page as labels come
+        # in, and a pointer outside the viewport clicks nothing.
+        box = self.eval(f"(() => {{ const e = document.getElementById('{element_id}');"
+                        " e.scrollIntoView({block: 'center'});"
+                        " const r = e.getBoundingClientRect();"
+                        " return [r.x + r.width / 2, r.y + r.height / 2]; })()")
         x, y = (int(v["value"]) for v in box)
         self.call("input.performActions", {"context": self.ctx, "actions": [
             {"type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
@@ -306,9 +317,23 @@ try:
         else:
             page.click(button)
         who = "firefox" if page is firefox else "tester"
-        wait_for(f"{rid} recorded", lambda: any(
-            r["id"] == rid and r["label"] == button and r["labeller"] == who
-            for r in jsonl(os.path.join(labels_dir, "labels.jsonl"))))
+
+        def recorded():
+            return any(r["id"] == rid and r["label"] == button and r["labeller"] == who
+                       for r in jsonl(os.path.join(labels_dir, "labels.jsonl")))
+        try:
+            wait_for(f"{rid} recorded", recorded, timeout=30)
+        except SystemExit:
+            # A press the page never saw (it still shows the rollout, nothing
+            # on disk) is pressed again; the page moves on once the label is
+            # on disk, so a second press cannot label twice.
+            assert page.current() == rid and not recorded(), f"{rid} left the page unrecorded"
+            log(f"{rid}: no label after 30 s; pressing again")
+            if len(done) % 2 == 0:
+                page.key(key)
+            else:
+                page.click(button)
+            wait_for(f"{rid} recorded", recorded)
         done.append(rid)
         log(f"{who} labelled {rid} {button} ({len(done)}/{STEPS * 4})")
         if len(done) == 6 and not restarted:

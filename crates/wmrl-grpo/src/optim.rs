@@ -217,10 +217,21 @@ impl AdamW {
     /// empty accumulator or a non-finite gradient without touching the
     /// parameters.
     pub fn step_accumulated(&mut self, acc: Gradients) -> Result<StepStats> {
+        let lr_step = self.step;
+        self.step_accumulated_scheduled(acc, lr_step)
+    }
+
+    /// [`Self::step_accumulated`] at the learning rate of schedule position
+    /// `schedule_step` (as [`Self::step_scheduled`]).
+    pub fn step_accumulated_scheduled(
+        &mut self,
+        acc: Gradients,
+        schedule_step: usize,
+    ) -> Result<StepStats> {
         if acc.losses == 0 {
             return Err(GrpoError::Config("no gradient accumulated".into()));
         }
-        let lr = self.cfg.lr_at(self.step);
+        let lr = self.cfg.lr_at(schedule_step);
         self.apply(acc.grads, lr)
     }
 

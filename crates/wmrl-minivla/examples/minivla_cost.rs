@@ -206,6 +206,7 @@ fn grpo_update(m: &MiniVla, steps: &[ActionStep], micro: usize) -> Result<(f64, 
         1.0,
         &wmrl_grpo::Objective::default(),
         micro,
+        None,
     )?;
     Ok((
         wall.elapsed().as_secs_f64(),

@@ -11,6 +11,7 @@
 //! download anything (tokenizer and weights come from the directory).
 
 mod config;
+mod learner;
 pub mod libero;
 mod llm;
 mod model;
@@ -23,6 +24,7 @@ mod vit;
 mod tests;
 
 pub use config::{ACTION_DIM, LlmConfig, MiniVlaConfig, VitConfig};
+pub use learner::{ADAPTER_OPTIMIZER_FILE, ADAPTERS_FILE, MiniVlaLearner};
 pub use model::{CONFIG_FILE, MiniVla, TOKENIZER_FILE, WEIGHTS_FILE, prompt, tensor_shapes};
 pub use policy::{MiniVlaPolicy, STATS_FILE, is_minivla_dir};
 pub use rl::{ActionSample, ActionStep, LoraConfig, Prefix};

@@ -22,6 +22,7 @@ use wmrl_env::Frame;
 use wmrl_policy::{ActionPolicy, PolicyError, PolicyInput, Sample};
 
 use crate::libero::{ActionStats, libero_env_action};
+use crate::rl::Prefix;
 use crate::{ACTION_DIM, MiniVla, MiniVlaError, Result};
 
 /// The statistics file of a published run (OpenVLA's name).
@@ -99,6 +100,18 @@ impl MiniVlaPolicy {
         &self.model
     }
 
+    pub fn model_mut(&mut self) -> &mut MiniVla {
+        &mut self.model
+    }
+
+    /// What the language model reads before the action tokens for `input`:
+    /// the prompt of its instruction and its frames' patches (no gradient:
+    /// the vision side is frozen).
+    pub fn prefix_of(&self, input: &PolicyInput) -> Result<Prefix> {
+        let ids = self.model.prompt_ids(&input.instruction)?;
+        self.model.prefix(&self.images(input)?, &ids)
+    }
+
     /// The images of one observation in the model's order: the agent view,
     /// then (for a two-image model) the wrist camera when the environment
     /// has one, else the previous call's agent view.
@@ -128,39 +141,32 @@ impl MiniVlaPolicy {
         }
     }
 
+    /// One step's sample and the prefix it was drawn after.
     fn sample_one(
         &self,
         input: &PolicyInput,
         temperature: f32,
         rng: &mut ChaCha8Rng,
-    ) -> Result<Sample> {
-        let ids = self.model.prompt_ids(&input.instruction)?;
-        let prefix = self.model.prefix(&self.images(input)?, &ids)?;
+    ) -> Result<(Sample, Prefix)> {
+        let prefix = self.prefix_of(input)?;
         let s = self
             .model
             .sample_action_tokens(&prefix, temperature.max(0.0), &mut || rng.random::<f64>())?;
-        Ok(Sample {
+        let sample = Sample {
             actions: vec![self.action(&s.tokens)],
             tokens: s.tokens.to_vec(),
             logprobs: s.logprobs.to_vec(),
-        })
+        };
+        Ok((sample, prefix))
     }
-}
 
-impl ActionPolicy for MiniVlaPolicy {
-    fn kind(&self) -> &'static str {
-        "minivla"
-    }
-    fn chunk(&self) -> usize {
-        1
-    }
-    fn sample_streams(
+    fn sample_rows(
         &self,
         inputs: &[PolicyInput],
         temperature: f32,
         seed: u64,
         streams: &[u64],
-    ) -> wmrl_policy::Result<Vec<Sample>> {
+    ) -> wmrl_policy::Result<Vec<(Sample, Prefix)>> {
         if streams.len() != inputs.len() {
             return Err(PolicyError::Input(format!(
                 "{} streams for {} inputs",
@@ -178,5 +184,46 @@ impl ActionPolicy for MiniVlaPolicy {
                     .map_err(model_error)
             })
             .collect()
+    }
+}
+
+impl ActionPolicy for MiniVlaPolicy {
+    fn kind(&self) -> &'static str {
+        "minivla"
+    }
+    fn chunk(&self) -> usize {
+        1
+    }
+    fn sample_streams(
+        &self,
+        inputs: &[PolicyInput],
+        temperature: f32,
+        seed: u64,
+        streams: &[u64],
+    ) -> wmrl_policy::Result<Vec<Sample>> {
+        Ok(self
+            .sample_rows(inputs, temperature, seed, streams)?
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect())
+    }
+    /// The features are each row's prefix (`[L, hidden]` as f32, row-major):
+    /// the update reads them back ([`Prefix::from_features`]) instead of
+    /// running the frozen vision backbones again.
+    fn sample_with_features(
+        &self,
+        inputs: &[PolicyInput],
+        temperature: f32,
+        seed: u64,
+    ) -> wmrl_policy::Result<(Vec<Sample>, Vec<Vec<f32>>)> {
+        let streams: Vec<u64> = (0..inputs.len() as u64).collect();
+        let rows = self.sample_rows(inputs, temperature, seed, &streams)?;
+        let mut samples = Vec::with_capacity(rows.len());
+        let mut features = Vec::with_capacity(rows.len());
+        for (s, p) in rows {
+            samples.push(s);
+            features.push(p.to_features().map_err(model_error)?);
+        }
+        Ok((samples, features))
     }
 }

@@ -93,6 +93,34 @@ pub struct Prefix {
 }
 
 impl Prefix {
+    /// The prefix as f32, row-major `[L, hidden]` (a rollout keeps it for
+    /// the update).
+    pub fn to_features(&self) -> Result<Vec<f32>> {
+        Ok(self
+            .embeds
+            .to_dtype(DType::F32)?
+            .flatten_all()?
+            .to_vec1::<f32>()?)
+    }
+
+    /// A prefix of `model` from [`Prefix::to_features`]'s floats.
+    pub fn from_features(model: &MiniVla, features: &[f32]) -> Result<Self> {
+        let hidden = model.config().llm.hidden_size;
+        if features.is_empty() || !features.len().is_multiple_of(hidden) {
+            return Err(MiniVlaError::Config(format!(
+                "a prefix of {} floats is not rows of the model's width {hidden}",
+                features.len()
+            )));
+        }
+        let t = Tensor::from_slice(
+            features,
+            (1, features.len() / hidden, hidden),
+            &model.device,
+        )?
+        .to_dtype(model.dtype)?;
+        Ok(Self { embeds: t })
+    }
+
     pub fn len(&self) -> usize {
         self.embeds.dim(1).unwrap_or(0)
     }
@@ -381,7 +409,9 @@ impl MiniVla {
     /// grows with `micro_batch`, not with the group: a group of 8 rollouts
     /// of the full model needs about 2 GB of activations per step in the
     /// micro-batch (docs/policy.md). Returns the optimiser's step and the
-    /// objective's statistics over all steps.
+    /// objective's statistics over all steps. `lr_step`: the schedule
+    /// position of the learning rate (the training step; `None`: the
+    /// optimiser's own step count).
     pub fn grpo_update(
         &self,
         opt: &mut wmrl_grpo::AdamW,
@@ -389,6 +419,7 @@ impl MiniVla {
         temperature: f32,
         objective: &Objective,
         micro_batch: usize,
+        lr_step: Option<usize>,
     ) -> Result<(wmrl_grpo::StepStats, GrpoStats)> {
         if steps.is_empty() {
             return Err(MiniVlaError::Config("grpo_update: no steps".into()));
@@ -410,7 +441,11 @@ impl MiniVla {
             stats.ratio_mean += share * st.ratio_mean;
             stats.n_tokens += st.n_tokens;
         }
-        let step = opt.step_accumulated(acc).map_err(grpo)?;
+        let step = match lr_step {
+            Some(k) => opt.step_accumulated_scheduled(acc, k),
+            None => opt.step_accumulated(acc),
+        }
+        .map_err(grpo)?;
         Ok((step, stats))
     }
 

@@ -856,7 +856,7 @@ fn a_micro_batched_update_equals_the_whole_batch_update() {
         }
         let mut opt = wmrl_grpo::AdamW::new(m.adapters(), cfg.clone(), &[]).expect("opt");
         let (step, stats) = m
-            .grpo_update(&mut opt, &steps, 1.0, &objective, micro)
+            .grpo_update(&mut opt, &steps, 1.0, &objective, micro, None)
             .expect("update");
         assert!(step.grad_norm > 0.0);
         all_stats.push((step.grad_norm, stats));

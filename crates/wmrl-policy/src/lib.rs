@@ -27,6 +27,7 @@ mod eval;
 pub mod eval_record;
 mod grpo;
 mod input;
+mod learner;
 mod model;
 mod optim;
 mod params;
@@ -51,6 +52,10 @@ pub use eval::{
 };
 pub use grpo::{GrpoBatch, GrpoConfig, GrpoStats, grpo_loss, nll_loss};
 pub use input::{PolicyInput, normalize_proprio, resize_frame};
+pub use learner::{
+    Learner, OPTIMIZER_FILE, TINY_POLICY_DIR, TinyLearner, UpdateBatch, UpdateSample,
+    UpdateSettings, UpdateStats, minibatch_orders,
+};
 pub use model::PreparedInputs;
 pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
 pub use policy::{Policy, Sample, TokenStats, sample_row};

@@ -466,6 +466,35 @@ pub struct TrainConfig {
     /// simulator).
     #[serde(skip_serializing_if = "LabelsSection::is_default")]
     pub labels: LabelsSection,
+    /// How a MiniVLA `policy` is post-trained (ignored by the `tiny`
+    /// policy; absent: the defaults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub minivla: Option<MiniVlaSection>,
+}
+
+/// `[minivla]`: LoRA adapters on MiniVLA's language model and the update's
+/// micro-batch (docs/policy.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MiniVlaSection {
+    /// Rank, scale and target projections of the adapters.
+    pub lora: wmrl_minivla::LoraConfig,
+    /// Steps per forward and backward pass of the update: peak memory
+    /// grows with it, the gradient does not change.
+    pub micro_batch: usize,
+    /// The dataset in `dataset_statistics.json` whose statistics
+    /// un-normalise the actions (when the file holds several).
+    pub stats_key: Option<String>,
+}
+
+impl Default for MiniVlaSection {
+    fn default() -> Self {
+        Self {
+            lora: wmrl_minivla::LoraConfig::default(),
+            micro_batch: 4,
+            stats_key: None,
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -483,6 +512,7 @@ impl Default for TrainConfig {
             wmrl: CoreConfig::default(),
             eval: EvalSection::default(),
             labels: LabelsSection::default(),
+            minivla: None,
         }
     }
 }
@@ -647,6 +677,14 @@ impl TrainConfig {
                     self.update.loss.temperature, r.temperature
                 ),
             ));
+        }
+        if let Some(m) = &self.minivla {
+            m.lora
+                .validate()
+                .map_err(|e| bad("minivla.lora", e.to_string()))?;
+            if m.micro_batch == 0 {
+                return Err(bad("minivla.micro_batch", "must be at least 1"));
+            }
         }
         if self.labels.poll_ms == 0 {
             return Err(bad("labels.poll_ms", "must be at least 1"));

@@ -6,7 +6,7 @@
 
 use wmrl_env::{Frame, Observation, ResetRequest, StepResult, VecEnv};
 use wmrl_policy::episodes::{EpisodeObserver, RunOptions, Schedule, run_episodes};
-use wmrl_policy::{ACTION_DIM, Policy, PolicyInput, Sample};
+use wmrl_policy::{ACTION_DIM, ActionPolicy, PolicyInput, Sample};
 
 use crate::Result;
 
@@ -28,7 +28,7 @@ pub struct ChunkRecord {
     /// 1 for tokens of actions that were executed, 0 after the episode ended.
     pub mask: Vec<f32>,
     /// The action head's inputs at sampling time (`n * d_model` floats,
-    /// [`Policy::sample_with_features`]), kept only when the collection was
+    /// [`ActionPolicy::sample_with_features`]), kept only when the collection was
     /// asked to: a head-only update reuses them.
     pub features: Option<Vec<f32>>,
 }
@@ -83,7 +83,7 @@ pub struct CollectStats {
 /// environment. `keep` says what else is recorded ([`Keep`]); the samples
 /// are the same either way.
 pub fn collect(
-    policy: &Policy,
+    policy: &dyn ActionPolicy,
     env: &mut dyn VecEnv,
     specs: &[EpisodeSpec],
     temperature: f32,

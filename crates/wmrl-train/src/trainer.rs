@@ -19,7 +19,8 @@ use wmrl_core::{
 };
 use wmrl_env::VecEnv;
 use wmrl_policy::{
-    EvalConfig, GrpoBatch, Policy, PolicyOptimizer, RateSummary, evaluate, grpo_loss,
+    ActionPolicy, EvalConfig, Learner, RateSummary, TinyLearner, UpdateBatch, UpdateSample,
+    UpdateSettings, evaluate,
 };
 use wmrl_worldmodel::{RolloutFrames, WorldModel};
 
@@ -83,9 +84,9 @@ struct TrainState {
 pub struct RobotTrack {
     cfg: TrainConfig,
     files: RunFiles,
-    policy: Policy,
-    reference: Policy,
-    optimizer: PolicyOptimizer,
+    /// The policy being trained, its optimiser (and the `tiny` policy's
+    /// frozen reference).
+    learner: Box<dyn Learner>,
     env: Box<dyn VecEnv>,
     world_model: Option<WorldModel>,
     /// The world-model refit (`wmrl.refit.every > 0` and an arm that reads
@@ -136,7 +137,12 @@ fn make_env(cfg: &TrainConfig) -> Result<Box<dyn VecEnv>> {
     crate::config::make_env(&cfg.env)
 }
 
-fn load_policy(path: &Path) -> Result<Policy> {
+/// The policy `cfg.policy` names, as a learner: a MiniVLA directory (its
+/// config.json names both vision backbones) with fresh LoRA adapters
+/// (`[minivla]`), or the `tiny` policy with a frozen copy as the KL
+/// reference.
+fn load_learner(cfg: &TrainConfig) -> Result<Box<dyn Learner>> {
+    let path = &cfg.policy;
     if !path.join(wmrl_policy::CONFIG_FILE).exists() {
         return Err(TrainError::Missing {
             what: "SFT policy checkpoint",
@@ -144,7 +150,50 @@ fn load_policy(path: &Path) -> Result<Policy> {
             hint: "train one with `wmrl sft` (or run `wmrl quickstart`) and set `policy` in the config",
         });
     }
-    Ok(crate::device::load_policy(path)?)
+    if wmrl_minivla::is_minivla_dir(path) {
+        let m = cfg.minivla.clone().unwrap_or_default();
+        let bad = |e: wmrl_minivla::MiniVlaError| TrainError::Config {
+            path: path.display().to_string(),
+            message: format!("minivla: {e}"),
+        };
+        if cfg.update.loss.kl_beta > 0.0 {
+            return Err(TrainError::Config {
+                path: path.display().to_string(),
+                message: "a MiniVLA policy trains LoRA adapters from the checkpoint and has no KL-to-reference term: set update.loss.kl_beta = 0".into(),
+            });
+        }
+        let device = crate::device::placement().policy.clone();
+        let policy = wmrl_minivla::MiniVlaPolicy::load(
+            path,
+            &device,
+            wmrl_policy::candle::DType::F32,
+            m.stats_key.as_deref(),
+        )
+        .map_err(bad)?;
+        let learner = wmrl_minivla::MiniVlaLearner::new(
+            policy,
+            &m.lora,
+            cfg.update.optim.clone(),
+            m.micro_batch,
+        )
+        .map_err(bad)?;
+        return Ok(Box::new(learner));
+    }
+    if cfg.minivla.is_some() {
+        return Err(TrainError::Config {
+            path: path.display().to_string(),
+            message: "[minivla] is set but the policy is a `tiny` policy, not a MiniVLA directory"
+                .into(),
+        });
+    }
+    let policy = crate::device::load_policy(path)?;
+    let reference = crate::device::load_policy(path)?;
+    Ok(Box::new(TinyLearner::new(
+        policy,
+        reference,
+        cfg.update.optim.clone(),
+        &cfg.update.trainable,
+    )?))
 }
 
 fn load_world_model(cfg: &TrainConfig, p: &Path) -> Result<Option<WorldModel>> {
@@ -201,9 +250,9 @@ impl Trainer {
                 message: "holds people's labels (labels/) of a run with other settings; pick another --out, or move labels/ away".into(),
             });
         }
-        let policy = load_policy(&cfg.policy)?;
+        let learner = load_learner(&cfg)?;
         // Everything is loaded before the run directory is touched.
-        let track = RobotTrack::open(cfg, files, policy, None, 0)?;
+        let track = RobotTrack::open(cfg, files, learner, None, 0)?;
         let files = &track.files;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         for f in [
@@ -256,10 +305,9 @@ impl Trainer {
                 ),
             });
         }
-        let policy = crate::device::load_policy(&ck.join("policy"))?;
-        let mut track =
-            RobotTrack::open(cfg, files, policy, state.world_model.clone(), state.step)?;
-        track.optimizer.load(&ck.join("optimizer.safetensors"))?;
+        let mut learner = load_learner(&cfg)?;
+        learner.restore(&ck)?;
+        let track = RobotTrack::open(cfg, files, learner, state.world_model.clone(), state.step)?;
         let files = &track.files;
         metrics::truncate(&files.metrics(), state.metrics_len)?;
         metrics::truncate(&files.eval(), state.eval_len)?;
@@ -276,8 +324,8 @@ impl Trainer {
     pub fn steps_done(&self) -> usize {
         self.run.step
     }
-    pub fn policy(&self) -> &Policy {
-        &self.run.track.policy
+    pub fn policy(&self) -> &dyn ActionPolicy {
+        self.run.track.learner.policy()
     }
     pub fn ledger(&self) -> &Ledger {
         &self.run.ledger
@@ -386,22 +434,18 @@ impl Trainer {
 }
 
 impl RobotTrack {
-    /// The track around `policy` (the SFT start or a checkpoint's): the
-    /// frozen reference (the SFT policy), a fresh optimiser over the
-    /// trainable parameters, the world model the arm reads (`refitted`, a
+    /// The track around `learner` (the SFT start or a checkpoint's), the
+    /// world model the arm reads (`refitted`, a
     /// path in the run directory, when a refit replaced `world_model.path`),
     /// the refit's kept anchor rollouts of the `steps_done` steps, the
     /// simulator.
     fn open(
         cfg: TrainConfig,
         files: RunFiles,
-        policy: Policy,
+        learner: Box<dyn Learner>,
         refitted: Option<PathBuf>,
         steps_done: usize,
     ) -> Result<Self> {
-        let reference = load_policy(&cfg.policy)?;
-        let optimizer =
-            PolicyOptimizer::new_subset(&policy, cfg.update.optim.clone(), &cfg.update.trainable)?;
         let model_path = refitted
             .as_ref()
             .map_or_else(|| cfg.world_model.path.clone(), |p| files.dir.join(p));
@@ -433,9 +477,7 @@ impl RobotTrack {
         Ok(Self {
             cfg,
             files,
-            policy,
-            reference,
-            optimizer,
+            learner,
             env,
             world_model,
             refit,
@@ -497,82 +539,92 @@ impl RobotTrack {
         returns
     }
 
-    /// Whether the update trains `lm.head` alone (every trainable parameter
-    /// is under it), so the rollouts record its inputs and the update
-    /// reuses them.
-    fn head_only(&self) -> bool {
-        let layout = self.optimizer.layout();
-        !layout.is_empty() && layout.iter().all(|(name, _)| name.starts_with("lm.head."))
+    /// The rollouts that enter the update (of the groups that carry a
+    /// signal, with `skip_flat_groups`), in order: (group, index in group,
+    /// rollout, advantage, per-chunk credit); and how many groups were flat
+    /// and how many carried a live credit signal.
+    fn included<'r>(
+        &self,
+        rollouts: &'r [Rollout],
+        outcome: &StepOutcome,
+    ) -> (Vec<Included<'r>>, usize, usize) {
+        let g = self.cfg.rollout.group_size;
+        let mut flat_groups = 0usize;
+        let mut credit_groups = 0usize;
+        let mut included = Vec::new();
+        for (gi, group) in outcome.advantages.iter().enumerate() {
+            let members = &rollouts[gi * g..(gi + 1) * g];
+            let mut credit = self.chunk_credit(members, group);
+            let credit_live = credit.iter().flatten().any(|c| c.abs() > 1e-9);
+            credit_groups += usize::from(credit_live);
+            // Rewards equal up to rounding give advantages of about 1e-17.
+            let flat = group.iter().flatten().all(|a| a.abs() < 1e-9);
+            if flat && group.iter().any(Option::is_some) {
+                flat_groups += 1;
+            }
+            if flat && !credit_live && self.cfg.update.skip_flat_groups {
+                continue;
+            }
+            for (ri, (r, a)) in members.iter().zip(group).enumerate() {
+                if let Some(a) = a {
+                    included.push(Included {
+                        group: gi,
+                        index: ri,
+                        rollout: r,
+                        advantage: *a,
+                        credit: std::mem::take(&mut credit[ri]),
+                    });
+                }
+            }
+        }
+        (included, flat_groups, credit_groups)
     }
 
-    /// Cosine between the policy gradients (before the update) of the
-    /// samples with `side[i]` true and those with it false; `None` when a
-    /// side is empty or its gradient is zero.
-    fn grad_cosine(
-        &self,
-        batch: &GrpoBatch,
-        side: &[bool],
-    ) -> Result<Option<(f64, BTreeMap<String, f64>)>> {
-        // Each side's gradient is accumulated over minibatches (weighted by
-        // their token counts, so it is the side's token-mean gradient up to
-        // a scale the cosine ignores): one pass over a large step would not
-        // fit in memory.
-        let mb = match self.cfg.update.minibatch {
-            0 => 128,
-            m => m,
-        };
-        // The policy-gradient term only: the KL pull towards the reference
-        // (and the entropy bonus) would be shared by both sides.
-        let loss_cfg = wmrl_policy::GrpoConfig {
-            kl_beta: 0.0,
-            entropy_coef: 0.0,
-            ..self.cfg.update.loss.clone()
-        };
-        let mut grads: Vec<Vec<f64>> = Vec::new();
-        for want in [true, false] {
-            let idx: Vec<usize> = (0..side.len()).filter(|&i| side[i] == want).collect();
-            if idx.is_empty() {
-                return Ok(None);
+    /// Every policy call of the included rollouts as an update sample: the
+    /// rollout's advantage plus the call's credit, scaled by the loss
+    /// normalisation (`update.loss_norm = "rollout"`: a rollout of n calls
+    /// weighs each (mean calls of the included rollouts) / n).
+    fn samples<'r>(&self, included: &'r [Included<'r>]) -> Vec<UpdateSample<'r>> {
+        let mean_chunks = included
+            .iter()
+            .map(|x| x.rollout.chunks.len() as f64)
+            .sum::<f64>()
+            / included.len().max(1) as f64;
+        let w_credit = self.cfg.update.credit.weight;
+        let mut out = Vec::new();
+        let mut ordinal = 0usize;
+        for (k, x) in included.iter().enumerate() {
+            if k > 0 && included[k - 1].group != x.group {
+                ordinal += 1;
             }
-            let mut acc: Vec<f64> = Vec::new();
-            for part in idx.chunks(mb) {
-                let sub = batch.select(part)?;
-                let (l, st) = grpo_loss(&self.policy, None, &sub, &loss_cfg)?;
-                let g = self.optimizer.gradient(&l)?;
-                if acc.is_empty() {
-                    acc = vec![0.0; g.len()];
-                }
-                for (a, x) in acc.iter_mut().zip(&g) {
-                    *a += st.n_tokens * f64::from(*x);
-                }
+            let scale = match self.cfg.update.loss_norm {
+                LossNorm::Token => 1.0,
+                LossNorm::Rollout => mean_chunks / x.rollout.chunks.len().max(1) as f64,
+            };
+            for (ci, c) in x.rollout.chunks.iter().enumerate() {
+                let a = x.advantage + w_credit * x.credit.get(ci).copied().unwrap_or(0.0);
+                out.push(UpdateSample {
+                    input: &c.input,
+                    features: c.features.as_deref(),
+                    tokens: &c.tokens,
+                    logprobs: &c.logprobs,
+                    mask: &c.mask,
+                    advantage: (a * scale) as f32,
+                    group: (ordinal, x.index),
+                });
             }
-            grads.push(acc);
         }
-        let (a, b) = (&grads[0], &grads[1]);
-        // Per part of the network: does any part carry a signal the whole
-        // gradient's noise hides? Each part's (a.b, a.a, b.b); the whole
-        // network's are their sums.
-        let mut parts: BTreeMap<String, [f64; 3]> = BTreeMap::new();
-        let mut off = 0;
-        for (name, n) in self.optimizer.layout() {
-            let e = parts.entry(network_part(&name).to_string()).or_default();
-            for (x, y) in a[off..off + n].iter().zip(&b[off..off + n]) {
-                e[0] += x * y;
-                e[1] += x * x;
-                e[2] += y * y;
-            }
-            off += n;
-        }
-        let cosine = |[ab, aa, bb]: [f64; 3]| (aa > 0.0 && bb > 0.0).then(|| ab / (aa * bb).sqrt());
-        let whole = parts
-            .values()
-            .fold([0.0; 3], |s, p| [s[0] + p[0], s[1] + p[1], s[2] + p[2]]);
-        let by_part = parts
-            .into_iter()
-            .filter_map(|(k, p)| cosine(p).map(|c| (k, c)))
-            .collect();
-        Ok(cosine(whole).map(|c| (c, by_part)))
+        out
     }
+}
+
+/// A rollout that enters the update ([`RobotTrack::included`]).
+struct Included<'r> {
+    group: usize,
+    index: usize,
+    rollout: &'r Rollout,
+    advantage: f64,
+    credit: Vec<f64>,
 }
 
 impl Track for RobotTrack {
@@ -585,16 +637,16 @@ impl Track for RobotTrack {
         self.step_started = Instant::now();
         self.step = step;
         let specs = self.draw_specs(step);
-        let head_only = self.head_only();
+        let keep_features = self.learner.keeps_features();
         let (rollouts, cstats) = collect(
-            &self.policy,
+            self.learner.policy(),
             self.env.as_mut(),
             &specs,
             self.cfg.rollout.temperature,
             self.cfg.rollout.max_steps,
             mix(self.cfg.seed, 0xC0_11EC7 + step as u64),
             Keep {
-                features: head_only,
+                features: keep_features,
                 // The label page shows both cameras.
                 wrist: self.human.is_some(),
             },
@@ -691,155 +743,40 @@ impl Track for RobotTrack {
         outcome: &StepOutcome,
         ledger: &mut Ledger,
     ) -> Result<UpdateReport> {
-        let g = self.cfg.rollout.group_size;
-        let head_only = self.head_only();
-        // GRPO update over every policy call of every graded rollout (of the
-        // groups that carry a signal, with `skip_flat_groups`).
         let t_up = Stopwatch::start();
-        let mut inputs = Vec::new();
-        let (mut tokens, mut old, mut adv, mut mask) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut flat_groups = 0usize;
-        let mut credit_groups = 0usize;
-        // The rollouts that enter the update: (group, index in group,
-        // rollout, advantage, per-chunk credit).
-        let mut included: Vec<(usize, usize, &Rollout, f64, Vec<f64>)> = Vec::new();
-        for (gi, group) in outcome.advantages.iter().enumerate() {
-            let members = &rollouts[gi * g..(gi + 1) * g];
-            let mut credit = self.chunk_credit(members, group);
-            let credit_live = credit.iter().flatten().any(|c| c.abs() > 1e-9);
-            credit_groups += usize::from(credit_live);
-            // Rewards equal up to rounding give advantages of about 1e-17.
-            let flat = group.iter().flatten().all(|a| a.abs() < 1e-9);
-            if flat && group.iter().any(Option::is_some) {
-                flat_groups += 1;
-            }
-            if flat && !credit_live && self.cfg.update.skip_flat_groups {
-                continue;
-            }
-            for (ri, (r, a)) in members.iter().zip(group).enumerate() {
-                if let Some(a) = a {
-                    included.push((gi, ri, r, *a, std::mem::take(&mut credit[ri])));
-                }
-            }
-        }
-        // Head-only with every chunk's head inputs recorded: the update
-        // reuses them instead of running the frozen network again.
-        let use_features = head_only
-            && included
-                .iter()
-                .all(|x| x.2.chunks.iter().all(|c| c.features.is_some()));
-        let mut features = Vec::new();
-        let mean_chunks = included
-            .iter()
-            .map(|x| x.2.chunks.len() as f64)
-            .sum::<f64>()
-            / included.len().max(1) as f64;
-        // (ordinal of its group among the updated ones, rollout-in-group) of
-        // every sample, for the gradient-noise diagnostic.
-        let mut sample_group = Vec::new();
-        let mut ordinal = 0usize;
-        let w_credit = self.cfg.update.credit.weight;
-        for (k, &(gi, ri, r, a, ref credit)) in included.iter().enumerate() {
-            if k > 0 && included[k - 1].0 != gi {
-                ordinal += 1;
-            }
-            // Per-rollout normalisation: a rollout of n chunks weighs each
-            // chunk (mean length of the included rollouts) / n.
-            let scale = match self.cfg.update.loss_norm {
-                LossNorm::Token => 1.0,
-                LossNorm::Rollout => mean_chunks / r.chunks.len().max(1) as f64,
-            };
-            for (ci, c) in r.chunks.iter().enumerate() {
-                let a = a + w_credit * credit.get(ci).copied().unwrap_or(0.0);
-                match (&c.features, use_features) {
-                    (Some(f), true) => features.push(f.clone()),
-                    _ => inputs.push(c.input.clone()),
-                }
-                tokens.push(c.tokens.clone());
-                old.push(c.logprobs.clone());
-                adv.push((a * scale) as f32);
-                mask.push(c.mask.clone());
-                sample_group.push((ordinal, ri));
-            }
-        }
-        let (mut grad_half_cosine, mut grad_cross_group_cosine) = (None, None);
-        let mut grad_half_cosine_parts = BTreeMap::new();
-        let (mut loss, mut kl, mut clip, mut ent, mut gn, mut n_mb) =
-            (0.0, 0.0, 0.0, 0.0, 0.0, 0usize);
-        let n_samples = tokens.len();
-        if n_samples > 0 && adv.iter().any(|a| *a != 0.0) {
-            // Training the head alone: the head's inputs are the ones the
-            // rollouts recorded (the network before the head is frozen, so
-            // they are what it computes now), shared by the reference (same
-            // frozen backbone); a rollout without them has its chunks'
-            // observations run through the network once.
-            let batch = if use_features {
-                GrpoBatch::from_features(&self.policy, &features, &tokens, &old, &adv, Some(&mask))?
-            } else {
-                let prepared = self.policy.prepare(&inputs)?;
-                let b = GrpoBatch::new(&self.policy, prepared, &tokens, &old, &adv, Some(&mask))?;
-                if head_only {
-                    b.with_head_features(&self.policy)?
-                } else {
-                    b
-                }
-            };
-            let batch = if self.cfg.update.loss.kl_beta > 0.0 {
-                batch.with_reference(&self.reference, self.cfg.update.loss.temperature)?
-            } else {
-                batch
-            };
-            if self.cfg.update.measure_grad_snr {
-                // Same prompts, independent rollouts: signal-to-noise.
-                let within: Vec<bool> = sample_group.iter().map(|&(_, ri)| ri < g / 2).collect();
-                if let Some((c, parts)) = self.grad_cosine(&batch, &within)? {
-                    grad_half_cosine = Some(c);
-                    grad_half_cosine_parts = parts;
-                }
-                // Different groups (mostly different tasks): interference.
-                let across: Vec<bool> = sample_group.iter().map(|&(o, _)| o % 2 == 0).collect();
-                grad_cross_group_cosine = self.grad_cosine(&batch, &across)?.map(|(c, _)| c);
-            }
-            let mb_size = match self.cfg.update.minibatch {
-                0 => n_samples,
-                m => m,
-            };
-            let mut rng = SplitMix64::new(mix(self.cfg.seed, 0x5EED_0000 + step as u64));
-            for _ in 0..self.cfg.update.inner_epochs {
-                let mut order: Vec<usize> = (0..n_samples).collect();
-                for i in (1..order.len()).rev() {
-                    order.swap(i, rng.below(i + 1));
-                }
-                for mb in order.chunks(mb_size) {
-                    let sub = batch.select(mb)?;
-                    let (l, s) = grpo_loss(&self.policy, None, &sub, &self.cfg.update.loss)?;
-                    let st = self.optimizer.step_scheduled(&l, step)?;
-                    loss += s.loss;
-                    kl += s.kl_ref;
-                    clip += s.clip_frac;
-                    ent += s.entropy;
-                    gn += st.grad_norm;
-                    n_mb += 1;
-                }
-            }
-        }
+        let (included, flat_groups, credit_groups) = self.included(rollouts, outcome);
+        let samples = self.samples(&included);
+        let samples_updated = samples.len();
+        let batch = UpdateBatch {
+            samples,
+            temperature: self.cfg.rollout.temperature,
+        };
+        let u = &self.cfg.update;
+        let settings = UpdateSettings {
+            loss: u.loss.clone(),
+            minibatch: u.minibatch,
+            inner_epochs: u.inner_epochs,
+            shuffle_seed: mix(self.cfg.seed, 0x5EED_0000 + step as u64),
+            step,
+            measure_grad_snr: u.measure_grad_snr,
+            group_size: self.cfg.rollout.group_size,
+        };
+        let st = self.learner.update(&batch, &settings)?;
         let (wall, cpu) = t_up.elapsed();
-        ledger.record(Stage::Update, n_mb as u64, wall);
+        ledger.record(Stage::Update, st.minibatches as u64, wall);
         ledger.record_cpu(Stage::Update, cpu);
-        let mb = n_mb.max(1) as f64;
         Ok(UpdateReport {
             flat_groups,
             credit_groups,
-            grad_half_cosine,
-            grad_half_cosine_parts,
-            grad_cross_group_cosine,
-            samples_updated: n_samples,
-            loss: loss / mb,
-            kl_ref: kl / mb,
-            clip_frac: clip / mb,
-            entropy: ent / mb,
-            grad_norm: gn / mb,
+            grad_half_cosine: st.grad_half_cosine,
+            grad_half_cosine_parts: st.grad_half_cosine_parts,
+            grad_cross_group_cosine: st.grad_cross_group_cosine,
+            samples_updated,
+            loss: st.loss,
+            kl_ref: st.kl_ref,
+            clip_frac: st.clip_frac,
+            entropy: st.entropy,
+            grad_norm: st.grad_norm,
         })
     }
 
@@ -855,8 +792,7 @@ impl Track for RobotTrack {
             std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
         }
         std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-        t.policy.save(&tmp.join("policy"))?;
-        t.optimizer.save(&tmp.join("optimizer.safetensors"))?;
+        t.learner.save(&tmp)?;
         let state = TrainState {
             step: run.step,
             core: run.core.clone(),
@@ -1010,7 +946,7 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
         ..EvalConfig::default()
     };
     let t = Stopwatch::start();
-    let report = evaluate(&tr.policy, tr.env.as_mut(), &ecfg)?;
+    let report = evaluate(tr.learner.policy(), tr.env.as_mut(), &ecfg)?;
     let (seconds, cpu) = t.elapsed();
     run.ledger
         .record(Stage::Eval, report.episodes.len() as u64, seconds);
@@ -1131,25 +1067,4 @@ impl Scorers for RolloutScorers<'_> {
             })
             .collect())
     }
-}
-
-/// The part of the network a parameter belongs to, for the per-part
-/// gradient diagnostics: `vision`, `projector`, `lm.blocks.N`, `lm.head`
-/// (with the final norm), or `lm.embed` (text, proprio, action queries,
-/// positions).
-fn network_part(name: &str) -> &str {
-    if let Some(rest) = name.strip_prefix("lm.blocks.") {
-        let n = rest.find('.').unwrap_or(rest.len());
-        return &name[..("lm.blocks.".len() + n)];
-    }
-    if name.starts_with("lm.head") || name.starts_with("lm.final_norm") {
-        return "lm.head";
-    }
-    if name.starts_with("vision.") {
-        return "vision";
-    }
-    if name.starts_with("projector.") {
-        return "projector";
-    }
-    "lm.embed"
 }

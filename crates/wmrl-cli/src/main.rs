@@ -39,6 +39,9 @@ enum Command {
     /// Every arm over several seeds, then report.md with intervals, the label
     /// and compute ledger, and plots.
     Bench(cmd::bench::Args),
+    /// A run's trained policy at its last checkpoint as a checkpoint
+    /// directory (MiniVLA: adapters merged, in the converted layout).
+    Export(cmd::export::Args),
     /// The whole pipeline on two CPU cores: demos, SFT, world model,
     /// post-training with `sparse` and `wmrl`, held-out success table,
     /// report.md (about 28 minutes; 11 with `--sft-policy models/policy-tiny`).
@@ -72,6 +75,7 @@ fn main() -> anyhow::Result<()> {
         Command::Wm(args) => cmd::wm::run(args),
         Command::Train(args) => cmd::train::run(args),
         Command::Bench(args) => cmd::bench::run(args),
+        Command::Export(args) => cmd::export::run(args),
         Command::Quickstart(args) => cmd::quickstart::run(args),
         Command::ServeSim(args) => cmd::serve_sim::run(args),
         Command::Label(args) => cmd::label::run(args),

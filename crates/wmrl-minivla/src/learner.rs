@@ -191,6 +191,23 @@ impl Learner for MiniVlaLearner {
         })
     }
 
+    /// The checkpoint `start` with the adapters merged into its weights
+    /// ([`crate::MiniVla::export_merged`]), its action statistics copied.
+    fn export(&self, start: &Path, dst: &Path) -> wmrl_policy::Result<()> {
+        self.policy
+            .model()
+            .export_merged(start, dst)
+            .map_err(policy_error)?;
+        let stats = start.join(crate::STATS_FILE);
+        if stats.exists() {
+            std::fs::copy(&stats, dst.join(crate::STATS_FILE)).map_err(|e| PolicyError::Io {
+                path: stats.display().to_string(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
     fn restore(&mut self, dir: &Path) -> wmrl_policy::Result<()> {
         let path = dir.join(ADAPTER_OPTIMIZER_FILE);
         let state: std::collections::HashMap<String, Tensor> =

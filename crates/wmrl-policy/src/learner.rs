@@ -127,6 +127,10 @@ pub trait Learner: Send {
     /// Read back what [`Learner::save`] wrote into a learner built from
     /// the run's start.
     fn restore(&mut self, dir: &Path) -> Result<()>;
+    /// Write the trained policy to `dst` as a checkpoint directory of its
+    /// kind, which `wmrl eval --policy` and a further run read (`start`:
+    /// the directory the run started from).
+    fn export(&self, start: &Path, dst: &Path) -> Result<()>;
 }
 
 /// The minibatch orders of an update: one shuffle of `0..n` per epoch.
@@ -382,6 +386,10 @@ impl Learner for TinyLearner {
     fn save(&self, dir: &Path) -> Result<()> {
         self.policy.save(&dir.join(TINY_POLICY_DIR))?;
         self.optimizer.save(&dir.join(OPTIMIZER_FILE))
+    }
+
+    fn export(&self, _start: &Path, dst: &Path) -> Result<()> {
+        self.policy.save(dst)
     }
 
     fn restore(&mut self, dir: &Path) -> Result<()> {

@@ -24,4 +24,4 @@ pub use config::{
 };
 pub use device::{DeviceChoice, Placement};
 pub use error::{Result, TrainError};
-pub use trainer::{EvalSplit, RunSummary, Trainer};
+pub use trainer::{EvalSplit, RunSummary, Trainer, export_policy};

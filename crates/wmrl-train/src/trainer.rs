@@ -982,6 +982,38 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
     Ok((report.overall, per_task))
 }
 
+/// Write the policy of the run in `dir` at its last checkpoint to `out` as
+/// a checkpoint directory of its kind (`tiny`: the policy; MiniVLA: the
+/// start checkpoint with the adapters merged, in the converted layout that
+/// `MiniVla::load` and scripts/convert_minivla.py's key map read). `out`
+/// must not exist yet or be empty. Returns the policy's kind and the step.
+pub fn export_policy(dir: &Path, out: &Path) -> Result<(&'static str, usize)> {
+    let files = RunFiles {
+        dir: dir.to_path_buf(),
+    };
+    let cfg = TrainConfig::load(&files.config_toml())?;
+    let ck = files.checkpoint();
+    let state_path = ck.join("state.json");
+    let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
+        path: dir.display().to_string(),
+        message: format!("no checkpoint to export ({}: {e})", state_path.display()),
+    })?;
+    let state: TrainState = serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
+        path: state_path.display().to_string(),
+        message: format!("corrupt checkpoint state: {e}"),
+    })?;
+    if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
+        return Err(TrainError::RunDir {
+            path: out.display().to_string(),
+            message: "exists and is not empty; pick another --out".into(),
+        });
+    }
+    let mut learner = load_learner(&cfg)?;
+    learner.restore(&ck)?;
+    learner.export(&cfg.policy, out)?;
+    Ok((learner.policy().kind(), state.step))
+}
+
 /// Read a finished run's summary.
 pub fn read_summary(dir: &Path) -> Result<RunSummary> {
     let p: PathBuf = dir.join("summary.json");

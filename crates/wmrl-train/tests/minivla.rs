@@ -10,6 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
+use wmrl_policy::ActionPolicy;
 use wmrl_train::{TrainConfig, Trainer};
 
 fn repo() -> PathBuf {
@@ -102,6 +103,56 @@ fn a_minivla_run_trains_its_adapters_and_resumes_to_the_same_step() {
         !adapters.keys().any(|k| !k.contains(".lora_")),
         "only adapters are saved"
     );
+
+    // Exported with the adapters merged, in the converted layout: the
+    // merged checkpoint acts as the adapted model does (greedy tokens equal,
+    // log-probabilities to rounding).
+    t.checkpoint().expect("checkpoint at step 2");
+    drop(t);
+    let merged = tmp.path().join("merged");
+    let (kind, step) = wmrl_train::export_policy(&whole, &merged).expect("export");
+    assert_eq!((kind, step), ("minivla", 2));
+    let adapted = Trainer::resume(&whole).expect("resume");
+    let back = wmrl_minivla::MiniVlaPolicy::load(
+        &merged,
+        &wmrl_policy::candle::Device::Cpu,
+        wmrl_policy::candle::DType::F32,
+        None,
+    )
+    .expect("load the export");
+    let input = |shade: u8| wmrl_policy::PolicyInput {
+        instruction: "put the bowl on the plate".into(),
+        frames: vec![
+            wmrl_env::Frame::new(
+                32,
+                32,
+                (0..32 * 32 * 3)
+                    .map(|i| (i as u8).wrapping_mul(shade))
+                    .collect(),
+            )
+            .expect("frame"),
+        ],
+        prev_frame: None,
+        proprio: vec![0.0; 9],
+    };
+    let inputs = vec![input(3), input(7)];
+    for temperature in [0.0, 1.0] {
+        let a = adapted
+            .policy()
+            .sample_streams(&inputs, temperature, 5, &[0, 1])
+            .expect("adapted");
+        let b = back
+            .sample_streams(&inputs, temperature, 5, &[0, 1])
+            .expect("merged");
+        for (x, y) in a.iter().zip(&b) {
+            assert_eq!(x.tokens, y.tokens, "temperature {temperature}");
+            for (p, q) in x.logprobs.iter().zip(&y.logprobs) {
+                assert!((p - q).abs() < 1e-4, "{p} vs {q}");
+            }
+        }
+    }
+    let err = wmrl_train::export_policy(&whole, &merged).expect_err("taken");
+    assert!(err.to_string().contains("not empty"), "{err}");
 
     // Stop after the first step's checkpoint, resume: the same next step.
     let part = tmp.path().join("part");

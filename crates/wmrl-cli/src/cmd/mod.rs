@@ -6,6 +6,7 @@ pub mod bench_sim;
 pub mod demos;
 pub mod episodes;
 pub mod eval;
+pub mod export;
 pub mod http1;
 pub mod label;
 pub mod label_http;

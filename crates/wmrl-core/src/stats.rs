@@ -246,11 +246,6 @@ pub fn wilson_interval(successes: usize, n: usize, z: f64) -> (f64, f64) {
     ((centre - half).max(0.0), (centre + half).min(1.0))
 }
 
-/// [`wilson_interval`] at 95%.
-pub fn wilson(k: usize, n: usize) -> (f64, f64) {
-    wilson_interval(k, n, Z_95)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,11 +301,11 @@ mod tests {
     #[test]
     fn wilson_known_value() {
         // 5/10: (0.2366, 0.7634)
-        let (lo, hi) = wilson(5, 10);
+        let (lo, hi) = wilson_interval(5, 10, Z_95);
         assert!((lo - 0.2366).abs() < 1e-4 && (hi - 0.7634).abs() < 1e-4);
-        assert_eq!(wilson(0, 0), (0.0, 1.0));
+        assert_eq!(wilson_interval(0, 0, Z_95), (0.0, 1.0));
         // 0/10: (0, 0.2775)
-        let (lo, hi) = wilson(0, 10);
+        let (lo, hi) = wilson_interval(0, 10, Z_95);
         assert!(lo == 0.0 && (hi - 0.2775).abs() < 1e-4, "{lo} {hi}");
     }
 

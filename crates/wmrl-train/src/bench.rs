@@ -249,13 +249,61 @@ pub fn write_report(
     let start = read_summary(&start_dir(bench)).ok();
     let start_evals: Vec<EvalRecord> =
         metrics::read_all(&start_dir(bench).join("eval.jsonl")).unwrap_or_default();
+    let table = success_table(&results, start.as_ref());
+    let paired_md = paired_rows(&results);
+    let overlaps = overlap_lines(&results);
+    write_curves(bench, &results, seeds, &start_evals)?;
+    let calib_note = calibration_note(bench, &results, seeds)?;
+    let diag = diagnostics_rows(&results);
+    let phases = phase_rows(&results);
+    let states = states_line(&results);
+    let mut md = String::new();
+    let _ = writeln!(md, "# {title}\n");
+    let _ = writeln!(md, "{states}");
+    let _ = writeln!(
+        md,
+        "Every number below was produced by `wmrl bench` from the run directories beside this file. Success rates are real simulator successes on held-out initial states (and on the training states for in-domain); intervals are 95% Student-t intervals over seeds.\n"
+    );
+    let _ = writeln!(
+        md,
+        "## Success rate\n\nA run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"
+    );
+    let confirmed = confirm_section(&results, confirms, seeds.len())?;
+    if !confirmed.is_empty() {
+        let _ = writeln!(md, "{confirmed}");
+    }
+    let _ = writeln!(
+        md,
+        "## Paired differences (held-out, by seed)\n\n| difference | seeds | greedy, points (95% t-interval) | verdict | sampled, points (95% t-interval) | verdict |\n|---|---|---|---|---|---|\n{paired_md}"
+    );
+    let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
+    let _ = writeln!(
+        md,
+        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger: process CPU seconds (`clock` CPU) where the runs measured them, else wall seconds (`clock` wall; runs before 2026-12-03). Simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes; then seconds per evaluation episode.\n\n| arm | clock | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|---|\n{phases}"
+    );
+    let _ = writeln!(
+        md,
+        "## Curves\n\n![success vs step](success_vs_step.png)\n\n![success vs labels](success_vs_labels.png)\n\n![batch success](batch_success_vs_step.png)\n\n![anchor weight](anchor_weight.png)\n"
+    );
+    let _ = writeln!(md, "## Calibration\n\n{calib_note}\n");
+    let _ = writeln!(
+        md,
+        "## Diagnostics of the unvalidated assumption (METHOD.md)\n\nWM AUROC: how often the raw world-model score ranks an anchor rollout that succeeded above one that failed (0.5 is chance; the world model's quality on the policy's own rollouts).\n\n| arm | seed | anchor pairs | WM AUROC | distortion monotone | min level coverage | map shift early/late | disagreement first -> last | weight at w_max |\n|---|---|---|---|---|---|---|---|---|\n{diag}"
+    );
+    let path = bench.join("report.md");
+    std::fs::write(&path, &md).map_err(crate::error::io_err(&path))?;
+    Ok(table)
+}
+
+/// The success-rate table: the start, then every arm.
+fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
     let mut table = String::new();
     let _ = writeln!(
         table,
         "| arm | regime | seeds | held-out greedy % (95% CI) | gain over start, points (95% CI) | held-out sampled % | sampled gain, points (95% CI) | in-domain % | labels | sim steps | WM-scored rollouts | train s |"
     );
     let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-    if let Some(s0) = &start {
+    if let Some(s0) = start {
         let _ = writeln!(
             table,
             "| start (SFT) | - | 1 | {:.1} [{:.1}, {:.1}] (Wilson) | - | {} | - | {} | 0 | 0 | 0 | 0 |",
@@ -270,9 +318,9 @@ pub fn write_report(
                 .map_or("-".into(), |x| format!("{:.1}", 100.0 * x.rate)),
         );
     }
-    for r in &results {
+    for r in results {
         let regime = r.runs.first().map_or("", |x| x.label_regime.as_str());
-        let gain = start.as_ref().and_then(|s0| {
+        let gain = start.and_then(|s0| {
             let d: Vec<f64> = r
                 .runs
                 .iter()
@@ -281,7 +329,6 @@ pub fn write_report(
             MeanCi::of(&d)
         });
         let sampled_gain = start
-            .as_ref()
             .and_then(|s0| s0.heldout_sampled.as_ref())
             .and_then(|s0| {
                 let d: Vec<f64> = r
@@ -309,6 +356,10 @@ pub fn write_report(
         );
     }
 
+    table
+}
+
+fn paired_rows(results: &[ArmResult]) -> String {
     // Paired differences by seed: every arm against full-label `sparse` and
     // the shuffled control, `wmrl` against `sparse_scarce` at equal labels,
     // and every other world-model arm against `dense_raw` (what anchors and
@@ -317,7 +368,7 @@ pub fn write_report(
     let find = |name: &str| results.iter().find(|r| r.name == name);
     let mut pairs: Vec<(&str, &str)> = Vec::new();
     for base in ["sparse", "sparse_shuffled", "sparse_scarce", "dense_raw"] {
-        for r in &results {
+        for r in results {
             let scarce_wm = r.arm.uses_world_model()
                 && r.runs.first().is_some_and(|x| x.label_regime == "scarce");
             let wanted = match base {
@@ -347,6 +398,10 @@ pub fn write_report(
         }
     }
 
+    paired_md
+}
+
+fn overlap_lines(results: &[ArmResult]) -> String {
     // Overlaps, said plainly.
     let mut overlaps = String::new();
     for (i, a) in results.iter().enumerate() {
@@ -362,12 +417,23 @@ pub fn write_report(
         }
     }
 
+    overlaps
+}
+
+/// The curves' PNGs: success vs step and vs labels, batch success, anchor
+/// weight, each the mean over seeds.
+fn write_curves(
+    bench: &Path,
+    results: &[ArmResult],
+    seeds: &[u64],
+    start_evals: &[EvalRecord],
+) -> Result<()> {
     // Plots.
     let mut step_series = Vec::new();
     let mut label_series = Vec::new();
     let mut weight_series = Vec::new();
     let mut batch_series = Vec::new();
-    for r in &results {
+    for r in results {
         let mut per_run_eval = Vec::new();
         let mut per_run_labels = Vec::new();
         let mut per_run_w = Vec::new();
@@ -377,7 +443,7 @@ pub fn write_report(
             if !dir.join("summary.json").exists() {
                 continue;
             }
-            per_run_eval.push(curve_points(&dir, &start_evals)?);
+            per_run_eval.push(curve_points(&dir, start_evals)?);
             let evals: Vec<EvalRecord> = metrics::read_all(&dir.join("eval.jsonl"))?;
             let split = if evals.iter().any(|e| e.split == "curve") {
                 "curve"
@@ -451,6 +517,11 @@ pub fn write_report(
         "weight",
         &weight_series,
     )?;
+    Ok(())
+}
+
+/// The calibration map's PNG and the section's text.
+fn calibration_note(bench: &Path, results: &[ArmResult], seeds: &[u64]) -> Result<String> {
     // Calibration map of the first seed of `wmrl` (or `debias`) at each snapshot.
     let calib_arm = results
         .iter()
@@ -485,6 +556,10 @@ pub fn write_report(
         }
     }
 
+    Ok(calib_note)
+}
+
+fn diagnostics_rows(results: &[ArmResult]) -> String {
     // Diagnostics of the calibrating arms.
     let mut diag = String::new();
     for r in results
@@ -515,12 +590,16 @@ pub fn write_report(
         }
     }
 
+    diag
+}
+
+fn phase_rows(results: &[ArmResult]) -> String {
     // Where a run's time goes, per training rollout: process CPU seconds
     // by phase where the runs measured them (runs from 2026-12-03 on),
     // else wall seconds (one compute thread per run, so wall seconds are
     // CPU seconds only when runs do not share a core).
     let mut phases = String::new();
-    for r in &results {
+    for r in results {
         let sum = |f: &dyn Fn(&wmrl_core::Ledger) -> f64| -> f64 {
             r.runs.iter().map(|x| f(&x.ledger)).sum::<f64>()
         };
@@ -559,7 +638,12 @@ pub fn write_report(
         );
     }
 
-    let states = results
+    phases
+}
+
+/// Which states the final figures were measured on, said plainly.
+fn states_line(results: &[ArmResult]) -> String {
+    results
         .iter()
         .flat_map(|r| &r.runs)
         .next()
@@ -571,43 +655,7 @@ pub fn write_report(
                 "The final figures are measured on states {lo}-{hi}, which are **validation states** (no `eval.test_states` in the config): figures to choose settings by, not final claims (shared/BENCHMARKS.md).\n"
             ),
             _ => "The final figures are measured on the config's `eval.init_states` (runs from before the validation/test split of 2026-12-03: those are validation states).\n".into(),
-        });
-    let mut md = String::new();
-    let _ = writeln!(md, "# {title}\n");
-    let _ = writeln!(md, "{states}");
-    let _ = writeln!(
-        md,
-        "Every number below was produced by `wmrl bench` from the run directories beside this file. Success rates are real simulator successes on held-out initial states (and on the training states for in-domain); intervals are 95% Student-t intervals over seeds.\n"
-    );
-    let _ = writeln!(
-        md,
-        "## Success rate\n\nA run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"
-    );
-    let confirmed = confirm_section(&results, confirms, seeds.len())?;
-    if !confirmed.is_empty() {
-        let _ = writeln!(md, "{confirmed}");
-    }
-    let _ = writeln!(
-        md,
-        "## Paired differences (held-out, by seed)\n\n| difference | seeds | greedy, points (95% t-interval) | verdict | sampled, points (95% t-interval) | verdict |\n|---|---|---|---|---|---|\n{paired_md}"
-    );
-    let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
-    let _ = writeln!(
-        md,
-        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger: process CPU seconds (`clock` CPU) where the runs measured them, else wall seconds (`clock` wall; runs before 2026-12-03). Simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes; then seconds per evaluation episode.\n\n| arm | clock | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|---|\n{phases}"
-    );
-    let _ = writeln!(
-        md,
-        "## Curves\n\n![success vs step](success_vs_step.png)\n\n![success vs labels](success_vs_labels.png)\n\n![batch success](batch_success_vs_step.png)\n\n![anchor weight](anchor_weight.png)\n"
-    );
-    let _ = writeln!(md, "## Calibration\n\n{calib_note}\n");
-    let _ = writeln!(
-        md,
-        "## Diagnostics of the unvalidated assumption (METHOD.md)\n\nWM AUROC: how often the raw world-model score ranks an anchor rollout that succeeded above one that failed (0.5 is chance; the world model's quality on the policy's own rollouts).\n\n| arm | seed | anchor pairs | WM AUROC | distortion monotone | min level coverage | map shift early/late | disagreement first -> last | weight at w_max |\n|---|---|---|---|---|---|---|---|---|\n{diag}"
-    );
-    let path = bench.join("report.md");
-    std::fs::write(&path, &md).map_err(crate::error::io_err(&path))?;
-    Ok(table)
+        })
 }
 
 #[cfg(test)]

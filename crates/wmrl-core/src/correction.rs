@@ -324,24 +324,8 @@ impl CorrectionLoop {
     ) -> Result<StepOutcome> {
         let n = group_sizes.len();
         let arm = self.arm;
-        let mut is_anchor = vec![false; n];
-        anchors.iter().for_each(|&g| is_anchor[g] = true);
-
         // 2. Real outcomes for the anchors.
-        let real = if anchors.is_empty() {
-            Vec::new()
-        } else {
-            let r = scorers
-                .real(&anchors)
-                .map_err(|e| CoreError::Scorer(e.to_string()))?;
-            let sizes: Vec<usize> = anchors.iter().map(|&g| group_sizes[g]).collect();
-            check_shape("real", &r, &sizes)?;
-            for g in &r {
-                let graded: Vec<f64> = g.iter().flatten().copied().collect();
-                check_finite("real", &graded)?;
-            }
-            r
-        };
+        let real = real_outcomes(group_sizes, &anchors, scorers)?;
         let labels_used = real.iter().flatten().filter(|r| r.is_some()).count();
 
         // Anchor pairs (world model, real) of graded anchor rollouts.
@@ -354,53 +338,11 @@ impl CorrectionLoop {
             None => Vec::new(),
         };
 
-        let calibrate = |c: &Calibrator, xs: &[f64]| -> Result<Vec<f64>> {
-            if arm.calibrates() {
-                c.apply(xs)
-            } else {
-                Ok(xs.to_vec())
-            }
+        // 3-4. Calibration, disagreement and the weight's observations.
+        let (dis, dis_raw, refit) = match &wm_raw {
+            Some(wm) => self.observe_anchors(wm, &anchors, &real)?,
+            None => (Vec::new(), Vec::new(), false),
         };
-
-        // 3-4. Group by group, as the reference: push the group's pairs into
-        // the calibration first, then measure its disagreement on the
-        // calibrated residual and update the weight.
-        let (mut dis, mut dis_raw) = (Vec::new(), Vec::new());
-        let mut refit = false;
-        if let Some(wm) = &wm_raw {
-            for (&g, r) in anchors.iter().zip(&real) {
-                let (xs, ys): (Vec<f64>, Vec<f64>) = wm[g]
-                    .iter()
-                    .zip(r)
-                    .filter_map(|(&x, y)| y.map(|y| (x, y)))
-                    .unzip();
-                if self.cfg.refit.every > 0 && !xs.is_empty() {
-                    self.refit_anchors.push(crate::refit::AnchorGroup {
-                        step: self.step,
-                        group: g,
-                        wm: xs.clone(),
-                        real: ys.clone(),
-                    });
-                }
-                if arm.calibrates() && !xs.is_empty() {
-                    refit |= self.calibrator.push(&xs, &ys)?;
-                }
-                if xs.len() < 2 {
-                    continue;
-                }
-                let d = calibrate(&self.calibrator, &xs)?;
-                let min_var = self.cfg.weight.min_var;
-                if let Some(s2) = group_disagreement(&d, &ys, min_var)? {
-                    dis.push(s2);
-                    if arm.weights() {
-                        self.weight.observe(s2)?;
-                    }
-                }
-                if let Some(s2) = group_disagreement(&xs, &ys, min_var)? {
-                    dis_raw.push(s2);
-                }
-            }
-        }
         // The weight fuses two streams; with every group an anchor there is
         // one stream and the weight is off (METHOD.md, free labels).
         let all_anchors = anchors.len() == n && !self.scarce_regime;
@@ -409,26 +351,149 @@ impl CorrectionLoop {
         } else {
             1.0
         };
-
-        let bias_reduction = if arm.calibrates() && self.calibrator.is_fitted() && !pairs.is_empty()
-        {
-            let (xs, ys): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
-            let f = self.calibrator.apply(&xs)?;
-            let before: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - y).abs()).sum();
-            let after: f64 = f.iter().zip(&ys).map(|(x, y)| (x - y).abs()).sum();
-            (before > 0.0).then(|| 1.0 - after / before)
-        } else {
-            None
-        };
+        let bias_reduction = self.bias_reduction(&pairs)?;
 
         // 5-6. Rewards and advantages, group by group.
         let mut real_of = vec![None; n];
         for (&g, r) in anchors.iter().zip(&real) {
             real_of[g] = Some(r);
         }
-        let mut rewards = Vec::with_capacity(n);
-        let mut advantages = Vec::with_capacity(n);
-        let (mut fallback_groups, mut groups_skipped) = (0, 0);
+        let groups = self.group_rewards(
+            group_sizes,
+            wm_raw.as_deref(),
+            &real_of,
+            weight,
+            all_anchors,
+        )?;
+
+        let abs: Vec<f64> = groups
+            .advantages
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|a| a.abs())
+            .collect();
+        let stats = StepStats {
+            anchor_groups: anchors.len(),
+            labels_used,
+            wm_rollouts: wm_raw.as_ref().map_or(0, |s| s.iter().map(Vec::len).sum()),
+            calibrated: arm.calibrates() && self.calibrator.is_fitted(),
+            refit,
+            weight,
+            disagreement: mean(&dis),
+            disagreement_raw: mean(&dis_raw),
+            bias_reduction,
+            fallback_groups: groups.fallback_groups,
+            groups_skipped: groups.groups_skipped,
+            adv_abs_mean: mean(&abs).unwrap_or(0.0),
+            adv_abs_max: abs.iter().copied().fold(0.0, f64::max),
+        };
+        let step = self.step;
+        self.record_diagnostics(&pairs, wm_raw.as_deref(), &anchors, &stats);
+        self.step += 1;
+
+        Ok(StepOutcome {
+            step,
+            anchors,
+            rewards: groups.rewards,
+            advantages: groups.advantages,
+            wm_raw,
+            real,
+            stats,
+        })
+    }
+
+    /// The arm's calibration of raw scores (identity when it does not
+    /// calibrate).
+    fn calibrated(&self, xs: &[f64]) -> Result<Vec<f64>> {
+        if self.arm.calibrates() {
+            self.calibrator.apply(xs)
+        } else {
+            Ok(xs.to_vec())
+        }
+    }
+
+    /// Group by group, as the reference: push the group's pairs into the
+    /// calibration (and the refit's store) first, then measure its
+    /// disagreement on the calibrated residual and update the weight.
+    /// Returns the calibrated and raw disagreements and whether the map was
+    /// refitted.
+    fn observe_anchors(
+        &mut self,
+        wm: &[Vec<f64>],
+        anchors: &[usize],
+        real: &[Vec<Option<f64>>],
+    ) -> Result<(Vec<f64>, Vec<f64>, bool)> {
+        let arm = self.arm;
+        let (mut dis, mut dis_raw) = (Vec::new(), Vec::new());
+        let mut refit = false;
+        for (&g, r) in anchors.iter().zip(real) {
+            let (xs, ys): (Vec<f64>, Vec<f64>) = wm[g]
+                .iter()
+                .zip(r)
+                .filter_map(|(&x, y)| y.map(|y| (x, y)))
+                .unzip();
+            if self.cfg.refit.every > 0 && !xs.is_empty() {
+                self.refit_anchors.push(crate::refit::AnchorGroup {
+                    step: self.step,
+                    group: g,
+                    wm: xs.clone(),
+                    real: ys.clone(),
+                });
+            }
+            if arm.calibrates() && !xs.is_empty() {
+                refit |= self.calibrator.push(&xs, &ys)?;
+            }
+            if xs.len() < 2 {
+                continue;
+            }
+            let d = self.calibrated(&xs)?;
+            let min_var = self.cfg.weight.min_var;
+            if let Some(s2) = group_disagreement(&d, &ys, min_var)? {
+                dis.push(s2);
+                if arm.weights() {
+                    self.weight.observe(s2)?;
+                }
+            }
+            if let Some(s2) = group_disagreement(&xs, &ys, min_var)? {
+                dis_raw.push(s2);
+            }
+        }
+        Ok((dis, dis_raw, refit))
+    }
+
+    /// How much the fitted map shrinks the anchors' absolute error (1 - after
+    /// / before); `None` when the arm does not calibrate or nothing is fitted.
+    fn bias_reduction(&self, pairs: &[(f64, f64)]) -> Result<Option<f64>> {
+        if !(self.arm.calibrates() && self.calibrator.is_fitted() && !pairs.is_empty()) {
+            return Ok(None);
+        }
+        let (xs, ys): (Vec<f64>, Vec<f64>) = pairs.iter().copied().unzip();
+        let f = self.calibrator.apply(&xs)?;
+        let before: f64 = xs.iter().zip(&ys).map(|(x, y)| (x - y).abs()).sum();
+        let after: f64 = f.iter().zip(&ys).map(|(x, y)| (x - y).abs()).sum();
+        Ok((before > 0.0).then(|| 1.0 - after / before))
+    }
+
+    /// Every group's rewards and advantages: real outcomes (at the anchor
+    /// weight) for anchors, calibrated scores for the rest; in the free
+    /// regime of a calibrating arm the anchor reward mode combines them.
+    fn group_rewards(
+        &self,
+        group_sizes: &[usize],
+        wm_raw: Option<&[Vec<f64>]>,
+        real_of: &[Option<&Vec<Option<f64>>>],
+        weight: f64,
+        all_anchors: bool,
+    ) -> Result<GroupRewards> {
+        let arm = self.arm;
+        let n = group_sizes.len();
+        let mut out = GroupRewards {
+            rewards: Vec::with_capacity(n),
+            advantages: Vec::with_capacity(n),
+            fallback_groups: 0,
+            groups_skipped: 0,
+        };
         // Free labels (every group an anchor) in an arm that calibrates: the
         // anchor reward mode decides how success and f(dense) combine.
         let free_reward = (arm.calibrates() && all_anchors && wm_raw.is_some())
@@ -436,8 +501,8 @@ impl CorrectionLoop {
             .filter(|m| *m != AnchorReward::Sparse);
         let mut shuffle = SplitMix64::new(self.shuffle_seed ^ self.step.wrapping_mul(0x9E37_79B9));
         for g in 0..n {
-            let dense = match &wm_raw {
-                Some(wm) => Some(calibrate(&self.calibrator, &wm[g])?),
+            let dense = match wm_raw {
+                Some(wm) => Some(self.calibrated(&wm[g])?),
                 None => None,
             };
             let (r, w): (Vec<Option<f64>>, f64) = match (real_of[g], dense) {
@@ -458,7 +523,7 @@ impl CorrectionLoop {
                     let flat = graded.len() >= 2 && variance(&graded) < self.cfg.weight.min_var;
                     match dense {
                         Some(d) if flat && self.cfg.dense_fallback_on_flat_anchors => {
-                            fallback_groups += 1;
+                            out.fallback_groups += 1;
                             (d.into_iter().map(Some).collect(), 1.0)
                         }
                         _ => (real.clone(), weight),
@@ -472,35 +537,23 @@ impl CorrectionLoop {
                 permute_graded(&mut a, &mut shuffle);
             }
             if a.iter().all(Option::is_none) {
-                groups_skipped += 1;
+                out.groups_skipped += 1;
             }
-            rewards.push(r);
-            advantages.push(a);
+            out.rewards.push(r);
+            out.advantages.push(a);
         }
+        Ok(out)
+    }
 
-        let abs: Vec<f64> = advantages
-            .iter()
-            .flatten()
-            .flatten()
-            .map(|a| a.abs())
-            .collect();
-        let stats = StepStats {
-            anchor_groups: anchors.len(),
-            labels_used,
-            wm_rollouts: wm_raw.as_ref().map_or(0, |s| s.iter().map(Vec::len).sum()),
-            calibrated: arm.calibrates() && self.calibrator.is_fitted(),
-            refit,
-            weight,
-            disagreement: mean(&dis),
-            disagreement_raw: mean(&dis_raw),
-            bias_reduction,
-            fallback_groups,
-            groups_skipped,
-            adv_abs_mean: mean(&abs).unwrap_or(0.0),
-            adv_abs_max: abs.iter().copied().fold(0.0, f64::max),
-        };
-
-        // Diagnostics.
+    /// The step's pairs, every scored rollout (anchor or not) and the
+    /// step's weight, for the run's diagnostics.
+    fn record_diagnostics(
+        &mut self,
+        pairs: &[(f64, f64)],
+        wm_raw: Option<&[Vec<f64>]>,
+        anchors: &[usize],
+        stats: &StepStats,
+    ) {
         let step = self.step;
         self.diagnostics
             .pairs
@@ -509,35 +562,55 @@ impl CorrectionLoop {
                     .iter()
                     .map(|&(wm, real)| PairRecord { step, wm, real }),
             );
-        if let Some(wm) = &wm_raw {
+        if let Some(wm) = wm_raw {
             for (g, scores) in wm.iter().enumerate() {
+                let anchor = anchors.contains(&g);
                 self.diagnostics
                     .rollouts
                     .extend(scores.iter().map(|&s| RolloutRecord {
                         step,
                         wm: s as f32,
-                        anchor: is_anchor[g],
+                        anchor,
                     }));
             }
         }
         self.diagnostics.steps.push(StepRecord {
             step,
             disagreement: stats.disagreement,
-            weight,
-            at_max: arm.weights() && self.weight.at_max(),
+            weight: stats.weight,
+            at_max: self.arm.weights() && self.weight.at_max(),
         });
-        self.step += 1;
-
-        Ok(StepOutcome {
-            step,
-            anchors,
-            rewards,
-            advantages,
-            wm_raw,
-            real,
-            stats,
-        })
     }
+}
+
+/// Every group's rewards and advantages ([`CorrectionLoop::group_rewards`]).
+struct GroupRewards {
+    rewards: Vec<Vec<Option<f64>>>,
+    advantages: Vec<Vec<Option<f64>>>,
+    fallback_groups: usize,
+    groups_skipped: usize,
+}
+
+/// The anchors' real outcomes, checked against the group sizes and for
+/// finite values.
+fn real_outcomes(
+    group_sizes: &[usize],
+    anchors: &[usize],
+    scorers: &mut dyn Scorers,
+) -> Result<Vec<Vec<Option<f64>>>> {
+    if anchors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let r = scorers
+        .real(anchors)
+        .map_err(|e| CoreError::Scorer(e.to_string()))?;
+    let sizes: Vec<usize> = anchors.iter().map(|&g| group_sizes[g]).collect();
+    check_shape("real", &r, &sizes)?;
+    for g in &r {
+        let graded: Vec<f64> = g.iter().flatten().copied().collect();
+        check_finite("real", &graded)?;
+    }
+    Ok(r)
 }
 
 /// Permute the graded entries of a group's advantages among themselves

@@ -180,9 +180,9 @@ pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
 pub struct RolloutConfig {
     pub n_groups: usize,
     pub group_size: usize,
-    /// Sampling temperature of training rollouts. The loss recomputes
-    /// log-probs at `update.loss.temperature`, which must equal it (else
-    /// every ratio starts away from 1); the config is rejected otherwise.
+    /// Sampling temperature of training rollouts. The one temperature: the
+    /// update batch carries it, and the loss scores tokens under the
+    /// distribution they were sampled from.
     pub temperature: f32,
     /// Task indices to train on; empty is all.
     pub tasks: Vec<usize>,
@@ -291,8 +291,54 @@ pub struct UpdateConfig {
     pub trainable: Vec<String>,
     /// Per-chunk credit from a progress signal (off by default).
     pub credit: CreditConfig,
-    pub loss: GrpoConfig,
+    pub loss: LossSection,
     pub optim: OptimConfig,
+}
+
+/// `[update.loss]`: the clipped objective's weights. The temperature is not
+/// here: the loss scores tokens at `rollout.temperature`, which the update
+/// batch carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LossSection {
+    /// Ratios below `1 - clip_low` stop pushing (PPO/GRPO: 0.2).
+    pub clip_low: f64,
+    /// Ratios above `1 + clip_high` stop pushing (DAPO's clip-higher: 0.28).
+    pub clip_high: f64,
+    /// KL-to-reference weight (GRPO paper / METHOD.md: 0.04); 0 disables.
+    pub kl_beta: f64,
+    /// Entropy bonus weight; 0 disables.
+    pub entropy_coef: f64,
+    /// Read from configs written before 2026-12-04 (it had to equal
+    /// `rollout.temperature`, and still must); never written.
+    #[serde(skip_serializing)]
+    pub temperature: Option<f32>,
+}
+
+impl Default for LossSection {
+    fn default() -> Self {
+        let g = GrpoConfig::default();
+        Self {
+            clip_low: g.clip_low,
+            clip_high: g.clip_high,
+            kl_beta: g.kl_beta,
+            entropy_coef: g.entropy_coef,
+            temperature: None,
+        }
+    }
+}
+
+impl LossSection {
+    /// The loss's settings at the batch's `temperature`.
+    pub fn at(&self, temperature: f32) -> GrpoConfig {
+        GrpoConfig {
+            clip_low: self.clip_low,
+            clip_high: self.clip_high,
+            kl_beta: self.kl_beta,
+            entropy_coef: self.entropy_coef,
+            temperature,
+        }
+    }
 }
 
 impl Default for UpdateConfig {
@@ -305,7 +351,7 @@ impl Default for UpdateConfig {
             loss_norm: LossNorm::Token,
             trainable: Vec::new(),
             credit: CreditConfig::default(),
-            loss: GrpoConfig::default(),
+            loss: LossSection::default(),
             optim: OptimConfig {
                 lr: 5e-5,
                 warmup_steps: 0,
@@ -600,11 +646,13 @@ fn bad(key: &str, message: impl Into<String>) -> TrainError {
 impl TrainConfig {
     /// Parse TOML text; `origin` names the file in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
-        let cfg: Self = toml::from_str(text).map_err(|e| TrainError::Config {
+        let mut cfg: Self = toml::from_str(text).map_err(|e| TrainError::Config {
             path: origin.to_string(),
             message: e.to_string(),
         })?;
         cfg.validate()?;
+        // Checked against rollout.temperature; from here on there is one.
+        cfg.update.loss.temperature = None;
         Ok(cfg)
     }
 
@@ -669,12 +717,14 @@ impl TrainConfig {
                 "must be positive for exploration",
             ));
         }
-        if (self.update.loss.temperature - r.temperature).abs() > 1e-6 {
+        if let Some(t) = self.update.loss.temperature
+            && (t - r.temperature).abs() > 1e-6
+        {
             return Err(bad(
                 "update.loss.temperature",
                 format!(
-                    "{} differs from rollout.temperature {}: the loss must score tokens under the distribution they were sampled from (set both)",
-                    self.update.loss.temperature, r.temperature
+                    "{t} differs from rollout.temperature {}: the loss scores tokens at the temperature they were sampled at, so this key is no longer needed (remove it)",
+                    r.temperature
                 ),
             ));
         }
@@ -878,8 +928,21 @@ mod tests {
         let err = TrainConfig::from_toml("[eval]\ninit_states = [10, 20]\n", "t.toml")
             .expect_err("overlap");
         assert!(err.to_string().contains("eval.init_states"), "{err}");
-        let err = TrainConfig::from_toml("[rollout]\ntemperature = 0.5\n", "t.toml")
-            .expect_err("temperature mismatch");
+        // One temperature: the loss's is the rollouts'. An old config's
+        // `update.loss.temperature` is read when it agrees, refused when it
+        // does not, and never written back.
+        let one = TrainConfig::from_toml("[rollout]\ntemperature = 0.5\n", "t.toml")
+            .expect("rollout.temperature alone");
+        assert!(
+            !one.to_toml()
+                .expect("toml")
+                .contains("[update.loss]\ntemperature")
+        );
+        let err = TrainConfig::from_toml(
+            "[rollout]\ntemperature = 0.5\n[update.loss]\ntemperature = 1.0\n",
+            "t.toml",
+        )
+        .expect_err("temperature mismatch");
         assert!(err.to_string().contains("update.loss.temperature"), "{err}");
         TrainConfig::from_toml(
             "[rollout]\ntemperature = 0.5\n[update.loss]\ntemperature = 0.5\n",

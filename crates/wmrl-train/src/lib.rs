@@ -20,7 +20,7 @@ pub mod wm_refit;
 
 pub use config::{
     Backend, CreditConfig, CreditSource, EnvConfig, LabelSource, LabelsSection, LiberoEnvConfig,
-    LossNorm, TrainConfig, make_env,
+    LossNorm, LossSection, TrainConfig, make_env,
 };
 pub use device::{DeviceChoice, Placement};
 pub use error::{Result, TrainError};

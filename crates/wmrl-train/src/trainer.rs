@@ -753,7 +753,7 @@ impl Track for RobotTrack {
         };
         let u = &self.cfg.update;
         let settings = UpdateSettings {
-            loss: u.loss.clone(),
+            loss: u.loss.at(self.cfg.rollout.temperature),
             minibatch: u.minibatch,
             inner_epochs: u.inner_epochs,
             shuffle_seed: mix(self.cfg.seed, 0x5EED_0000 + step as u64),

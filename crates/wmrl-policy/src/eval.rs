@@ -21,7 +21,7 @@ use crate::{PolicyError, Result};
 
 /// Evaluation settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct EvalConfig {
     /// Task indices; empty means all tasks of the environment.
     pub tasks: Vec<usize>,

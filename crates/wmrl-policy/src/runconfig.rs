@@ -15,7 +15,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::io_err;
 use crate::{EvalConfig, PolicyConfig, PolicyError, Result, SftConfig};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -54,14 +53,25 @@ pub fn apply_overrides(base: PolicyConfig, overrides: &toml::Table) -> Result<Po
 impl RunConfig {
     /// Read a run-config file; `preset` (when given) overrides the file's.
     pub fn load(path: Option<&Path>, preset: Option<&str>) -> Result<Self> {
-        let file: RunFile = match path {
-            Some(p) => {
-                let s = std::fs::read_to_string(p).map_err(|e| io_err(p, e))?;
-                toml::from_str(&s)
-                    .map_err(|e| PolicyError::Config(format!("{}: {e}", p.display())))?
-            }
-            None => RunFile::default(),
+        Self::load_with(path, preset, &[])
+    }
+
+    /// [`Self::load`] through the loader every command shares
+    /// (`wmrl_run::config`): the file's `extends` chain, then `sets`
+    /// (`sft.steps=200`, `policy.image_size=64`), then one parse in which an
+    /// unknown key is an error naming it.
+    pub fn load_with(path: Option<&Path>, preset: Option<&str>, sets: &[String]) -> Result<Self> {
+        let config = |e: wmrl_run::ConfigError| PolicyError::Config(e.to_string());
+        let mut doc = match path {
+            Some(p) => wmrl_run::read_doc(p).map_err(config)?,
+            None => toml::Table::new(),
         };
+        for s in sets {
+            wmrl_run::apply_set(&mut doc, s).map_err(config)?;
+        }
+        let origin = path.map_or_else(|| "--set".to_string(), |p| p.display().to_string());
+        let text = toml::to_string(&doc).map_err(|e| PolicyError::Config(e.to_string()))?;
+        let file: RunFile = wmrl_run::parse(&text, &origin).map_err(config)?;
         let name = preset
             .map(str::to_string)
             .or(file.preset)
@@ -76,5 +86,29 @@ impl RunConfig {
             sft: file.sft.unwrap_or_default(),
             eval: file.eval.unwrap_or_default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sft_configs_extend_take_sets_and_refuse_unknown_keys() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let base = tmp.path().join("base.toml");
+        std::fs::write(&base, "preset = \"tiny\"\n[sft]\nsteps = 7\n").expect("base");
+        let child = tmp.path().join("child.toml");
+        std::fs::write(
+            &child,
+            "extends = \"base.toml\"\n[policy]\nimage_size = 32\n",
+        )
+        .expect("child");
+        let rc = RunConfig::load_with(Some(&child), None, &["sft.steps=9".into()]).expect("load");
+        assert_eq!(rc.sft.steps, 9);
+        assert_eq!(rc.policy.image_size, 32);
+        let err = RunConfig::load_with(Some(&child), None, &["sft.stepz=1".into()])
+            .expect_err("unknown key");
+        assert!(err.to_string().contains("stepz"), "{err}");
     }
 }

@@ -25,7 +25,7 @@ use crate::{
 
 /// SFT settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SftConfig {
     pub steps: usize,
     pub batch_size: usize,

@@ -563,79 +563,6 @@ impl Default for TrainConfig {
     }
 }
 
-/// Set `a.b.c=value` in a parsed TOML document, creating tables on the way.
-/// Read a config file as a TOML table, resolving `extends = "other.toml"`
-/// (a path relative to the file): the parent is read first (itself possibly
-/// extending another) and this file's keys are merged over it, tables key by
-/// key, other values replaced. A cycle is an error naming the chain.
-pub fn read_config_doc(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table> {
-    let origin = path.display().to_string();
-    let err = |message: String| TrainError::Config {
-        path: origin.clone(),
-        message,
-    };
-    let canon = path.canonicalize().map_err(|e| err(e.to_string()))?;
-    if chain.contains(&canon) {
-        let names: Vec<String> = chain
-            .iter()
-            .chain(std::iter::once(&canon))
-            .map(|p| p.display().to_string())
-            .collect();
-        return Err(err(format!("`extends` cycle: {}", names.join(" -> "))));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
-    let Some(parent) = doc.remove("extends") else {
-        return Ok(doc);
-    };
-    let parent = parent
-        .as_str()
-        .ok_or_else(|| err("`extends` must be a file name (a string)".into()))?;
-    let parent_path = path.parent().unwrap_or(Path::new(".")).join(parent);
-    chain.push(canon);
-    let mut base = read_config_doc(&parent_path, chain)?;
-    merge_tables(&mut base, doc);
-    Ok(base)
-}
-
-fn merge_tables(base: &mut toml::Table, over: toml::Table) {
-    for (k, v) in over {
-        match (base.get_mut(&k), v) {
-            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
-            (_, v) => {
-                base.insert(k, v);
-            }
-        }
-    }
-}
-
-pub fn apply_override(doc: &mut toml::Table, o: &str) -> Result<()> {
-    let (key, raw) = o
-        .split_once('=')
-        .ok_or_else(|| bad("--set", format!("`{o}`: expected section.key=value")))?;
-    let key = key.trim();
-    let raw = raw.trim();
-    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
-        .ok()
-        .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
-    let parts: Vec<&str> = key.split('.').collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(bad("--set", format!("`{key}`: empty key segment")));
-    }
-    let mut table = doc;
-    for p in &parts[..parts.len() - 1] {
-        let entry = table
-            .entry(p.to_string())
-            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
-        table = entry
-            .as_table_mut()
-            .ok_or_else(|| bad("--set", format!("`{key}`: `{p}` is not a section")))?;
-    }
-    table.insert(parts[parts.len() - 1].to_string(), value);
-    Ok(())
-}
-
 fn bad(key: &str, message: impl Into<String>) -> TrainError {
     TrainError::Config {
         path: key.to_string(),
@@ -646,14 +573,17 @@ fn bad(key: &str, message: impl Into<String>) -> TrainError {
 impl TrainConfig {
     /// Parse TOML text; `origin` names the file in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
-        let mut cfg: Self = toml::from_str(text).map_err(|e| TrainError::Config {
-            path: origin.to_string(),
-            message: e.to_string(),
-        })?;
-        cfg.validate()?;
-        // Checked against rollout.temperature; from here on there is one.
-        cfg.update.loss.temperature = None;
+        let mut cfg: Self = wmrl_run::parse(text, origin)?;
+        cfg.checked()?;
         Ok(cfg)
+    }
+
+    /// Validate once after parsing; an old `update.loss.temperature`,
+    /// checked against `rollout.temperature`, is dropped (there is one).
+    fn checked(&mut self) -> Result<()> {
+        self.validate()?;
+        self.update.loss.temperature = None;
+        Ok(())
     }
 
     pub fn load(path: &Path) -> Result<Self> {
@@ -664,27 +594,15 @@ impl TrainConfig {
     /// `0.5`, `true`, `[16, 25]`, `"text"`; a bare word is a string), then
     /// validate once.
     pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self> {
-        let origin = path.display().to_string();
-        let mut doc = read_config_doc(path, &mut Vec::new())?;
-        for o in overrides {
-            apply_override(&mut doc, o)?;
-        }
-        let text = toml::to_string(&doc).map_err(|e| TrainError::Config {
-            path: origin.clone(),
-            message: e.to_string(),
-        })?;
-        let origin = if overrides.is_empty() {
-            origin
-        } else {
-            format!("{origin} with --set {}", overrides.join(" "))
-        };
-        Self::from_toml(&text, &origin)
+        let (mut cfg, _): (Self, String) = wmrl_run::load(path, overrides)?;
+        cfg.checked()?;
+        Ok(cfg)
     }
 
     /// The first key (dotted, e.g. `wmrl.anchors.fraction`) whose value
     /// differs between two configs, with both values; `None` when equal.
     pub fn first_difference(&self, other: &TrainConfig) -> Option<String> {
-        first_difference(self, other, "")
+        wmrl_run::first_difference(self, other, "")
     }
 
     /// The config as TOML (what a run directory's config.toml holds). It
@@ -879,42 +797,6 @@ impl TrainConfig {
     }
 }
 
-/// The first dotted key whose value differs between two serialisable
-/// values (configs), as `key: A against B`; `None` when they are equal.
-pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<String> {
-    fn walk(a: &toml::Value, b: &toml::Value, key: &str) -> Option<String> {
-        use toml::Value::Table;
-        match (a, b) {
-            (Table(x), Table(y)) => {
-                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-                keys.sort();
-                keys.dedup();
-                keys.into_iter().find_map(|k| {
-                    let sub = if key.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{key}.{k}")
-                    };
-                    match (x.get(k), y.get(k)) {
-                        (Some(va), Some(vb)) => walk(va, vb, &sub),
-                        (va, vb) => Some(format!(
-                            "{sub}: {} against {}",
-                            va.map_or("absent".into(), |v| v.to_string()),
-                            vb.map_or("absent".into(), |v| v.to_string())
-                        )),
-                    }
-                })
-            }
-            _ if a == b => None,
-            _ => Some(format!("{key}: {a} against {b}")),
-        }
-    }
-    match (toml::Value::try_from(a), toml::Value::try_from(b)) {
-        (Ok(x), Ok(y)) => walk(&x, &y, prefix),
-        _ => Some(format!("{prefix}: not comparable")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1015,17 +897,17 @@ mod tests {
         assert!(err.to_string().contains("lr_max"), "{err}");
         let ok = TrainConfig::from_toml("arm = \"sparse\"\nsteps = 3\n", "t.toml").expect("ok");
         let mut doc: toml::Table = toml::from_str(&ok.to_toml().expect("toml")).expect("doc");
-        apply_override(&mut doc, "rollout.temperature=0.5").expect("set");
-        apply_override(&mut doc, "update.loss.temperature = 0.5").expect("set");
-        apply_override(&mut doc, "eval.curve_init_states=[16, 25]").expect("set");
-        apply_override(&mut doc, "arm=wmrl").expect("bare word");
+        wmrl_run::apply_set(&mut doc, "rollout.temperature=0.5").expect("set");
+        wmrl_run::apply_set(&mut doc, "update.loss.temperature = 0.5").expect("set");
+        wmrl_run::apply_set(&mut doc, "eval.curve_init_states=[16, 25]").expect("set");
+        wmrl_run::apply_set(&mut doc, "arm=wmrl").expect("bare word");
         let set: TrainConfig = toml::from_str(&toml::to_string(&doc).expect("text")).expect("cfg");
         assert_eq!(set.rollout.temperature, 0.5);
         assert_eq!(set.eval.curve_init_states, Some([16, 25]));
         assert_eq!(set.arm, Arm::Wmrl);
-        assert!(apply_override(&mut doc, "steps").is_err());
+        assert!(wmrl_run::apply_set(&mut doc, "steps").is_err());
         assert!(
-            apply_override(&mut doc, "steps.x=1").is_err(),
+            wmrl_run::apply_set(&mut doc, "steps.x=1").is_err(),
             "steps is not a section"
         );
         assert_eq!(ok.arm, Arm::Sparse);

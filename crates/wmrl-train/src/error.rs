@@ -49,3 +49,12 @@ impl From<wmrl_grpo::GrpoError> for TrainError {
         Self::Policy(e.into())
     }
 }
+
+impl From<wmrl_run::ConfigError> for TrainError {
+    fn from(e: wmrl_run::ConfigError) -> Self {
+        TrainError::Config {
+            path: e.path,
+            message: e.message,
+        }
+    }
+}

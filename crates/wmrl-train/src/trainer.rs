@@ -295,7 +295,7 @@ impl Trainer {
                 cfg.arm.name()
             ))
         } else {
-            crate::config::first_difference(state.core.config(), &cfg.wmrl, "wmrl")
+            wmrl_run::first_difference(state.core.config(), &cfg.wmrl, "wmrl")
         };
         if let Some(d) = changed {
             return Err(TrainError::RunDir {

@@ -17,9 +17,15 @@ pub struct Args {
     /// Policy preset: tiny, small, minivla.
     #[arg(long)]
     pub preset: Option<String>,
-    /// Run-config TOML (`configs/policy_*.toml`): preset, policy overrides, [sft].
+    /// Run-config TOML (`configs/policy_*.toml`): preset, policy overrides,
+    /// [sft], [eval]; `extends = "other.toml"` and unknown keys refused, as
+    /// for every command.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Override any config key before it is read: `--set sft.steps=200`,
+    /// `--set policy.image_size=64` (repeatable; the value is TOML).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Run directory: checkpoints, metrics.jsonl, sft.json.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -50,7 +56,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let mut rc = RunConfig::load(args.config.as_deref(), args.preset.as_deref())?;
+    let mut rc = RunConfig::load_with(args.config.as_deref(), args.preset.as_deref(), &args.set)?;
     if args.check {
         return check(rc);
     }

@@ -1,0 +1,256 @@
+//! The TOML config loader every command uses.
+//!
+//! ```text
+//! extends = "grpo_sim.toml"     # read first, relative to this file; may chain
+//! steps = 50                    # this file's keys are merged over it
+//! [rollout]
+//! n_groups = 16                 # tables merge key by key, other values replace
+//! ```
+//!
+//! then `--set rollout.temperature=0.5` (the value is TOML: `0.5`, `true`,
+//! `[16, 25]`, `"text"`; a bare word is a string), then one typed parse.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// A config that cannot be read, parsed or overridden; `path` names the
+/// file (with its overrides), `message` the key or the problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config {path}: {message}")]
+pub struct ConfigError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Read `path` as a TOML table, resolving `extends` (a path relative to the
+/// file): the parent is read first (itself possibly extending another) and
+/// this file's keys are merged over it. A cycle is an error naming the
+/// chain.
+pub fn read_doc(path: &Path) -> Result<toml::Table, ConfigError> {
+    read_chain(path, &mut Vec::new())
+}
+
+fn read_chain(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table, ConfigError> {
+    let origin = path.display().to_string();
+    let err = |message: String| ConfigError {
+        path: origin.clone(),
+        message,
+    };
+    let canon = path.canonicalize().map_err(|e| err(e.to_string()))?;
+    if chain.contains(&canon) {
+        let names: Vec<String> = chain
+            .iter()
+            .chain(std::iter::once(&canon))
+            .map(|p| p.display().to_string())
+            .collect();
+        return Err(err(format!("`extends` cycle: {}", names.join(" -> "))));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let mut doc: toml::Table = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+    let Some(parent) = doc.remove("extends") else {
+        return Ok(doc);
+    };
+    let parent = parent
+        .as_str()
+        .ok_or_else(|| err("`extends` must be a file name (a string)".into()))?;
+    let parent_path = path.parent().unwrap_or(Path::new(".")).join(parent);
+    chain.push(canon);
+    let mut base = read_chain(&parent_path, chain)?;
+    merge_tables(&mut base, doc);
+    Ok(base)
+}
+
+fn merge_tables(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_tables(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Set `a.b.c=value` in a parsed document, creating tables on the way.
+pub fn apply_set(doc: &mut toml::Table, set: &str) -> Result<(), ConfigError> {
+    let bad = |message: String| ConfigError {
+        path: "--set".into(),
+        message,
+    };
+    let (key, raw) = set
+        .split_once('=')
+        .ok_or_else(|| bad(format!("`{set}`: expected section.key=value")))?;
+    let key = key.trim();
+    let raw = raw.trim();
+    let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()));
+    let parts: Vec<&str> = key.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err(bad(format!("`{key}`: empty key segment")));
+    }
+    let mut table = doc;
+    for p in &parts[..parts.len() - 1] {
+        let entry = table
+            .entry(p.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry
+            .as_table_mut()
+            .ok_or_else(|| bad(format!("`{key}`: `{p}` is not a section")))?;
+    }
+    table.insert(parts[parts.len() - 1].to_string(), value);
+    Ok(())
+}
+
+/// Parse TOML text into `T`; `origin` names it in errors.
+pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError {
+        path: origin.to_string(),
+        message: e.to_string(),
+    })
+}
+
+/// Read `path` (with its `extends` chain), apply `sets` in order, and parse
+/// the result into `T` once. Returns the value and the origin errors should
+/// name (`path`, with its overrides when there are any).
+pub fn load<T: DeserializeOwned>(path: &Path, sets: &[String]) -> Result<(T, String), ConfigError> {
+    let mut doc = read_doc(path)?;
+    for s in sets {
+        apply_set(&mut doc, s)?;
+    }
+    let origin = if sets.is_empty() {
+        path.display().to_string()
+    } else {
+        format!("{} with --set {}", path.display(), sets.join(" "))
+    };
+    let text = toml::to_string(&doc).map_err(|e| ConfigError {
+        path: origin.clone(),
+        message: e.to_string(),
+    })?;
+    Ok((parse(&text, &origin)?, origin))
+}
+
+/// The first dotted key whose value differs between two serialisable
+/// values (configs), as `key: A against B`; `None` when they are equal.
+pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<String> {
+    fn walk(a: &toml::Value, b: &toml::Value, key: &str) -> Option<String> {
+        use toml::Value::Table;
+        match (a, b) {
+            (Table(x), Table(y)) => {
+                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                keys.sort();
+                keys.dedup();
+                keys.into_iter().find_map(|k| {
+                    let sub = if key.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{key}.{k}")
+                    };
+                    match (x.get(k), y.get(k)) {
+                        (Some(va), Some(vb)) => walk(va, vb, &sub),
+                        (va, vb) => Some(format!(
+                            "{sub}: {} against {}",
+                            va.map_or("absent".into(), |v| v.to_string()),
+                            vb.map_or("absent".into(), |v| v.to_string())
+                        )),
+                    }
+                })
+            }
+            _ if a == b => None,
+            _ => Some(format!("{key}: {a} against {b}")),
+        }
+    }
+    match (toml::Value::try_from(a), toml::Value::try_from(b)) {
+        (Ok(x), Ok(y)) => walk(&x, &y, prefix),
+        _ => Some(format!("{prefix}: not comparable")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq, serde::Deserialize, Serialize)]
+    #[serde(deny_unknown_fields)]
+    struct Cfg {
+        steps: usize,
+        #[serde(default)]
+        name: String,
+        inner: Inner,
+    }
+    #[derive(Debug, PartialEq, serde::Deserialize, Serialize)]
+    #[serde(deny_unknown_fields)]
+    struct Inner {
+        a: f64,
+        b: Vec<usize>,
+    }
+
+    #[test]
+    fn extends_merges_tables_key_by_key_and_sets_come_last() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        std::fs::write(
+            tmp.path().join("base.toml"),
+            "steps = 1\nname = \"base\"\n[inner]\na = 0.5\nb = [1, 2]\n",
+        )
+        .expect("base");
+        std::fs::write(
+            tmp.path().join("child.toml"),
+            "extends = \"base.toml\"\nsteps = 3\n[inner]\nb = [7]\n",
+        )
+        .expect("child");
+        let (c, origin): (Cfg, String) = load(
+            &tmp.path().join("child.toml"),
+            &["inner.a=2".into(), "name=x".into()],
+        )
+        .expect("load");
+        assert_eq!(
+            c,
+            Cfg {
+                steps: 3,
+                name: "x".into(),
+                inner: Inner { a: 2.0, b: vec![7] }
+            }
+        );
+        assert!(origin.contains("--set inner.a=2 name=x"), "{origin}");
+    }
+
+    #[test]
+    fn unknown_keys_cycles_and_bad_sets_are_named() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let p = tmp.path().join("c.toml");
+        std::fs::write(&p, "steps = 1\nstepz = 2\n[inner]\na = 1.0\nb = []\n").expect("c");
+        let err = load::<Cfg>(&p, &[]).expect_err("unknown");
+        assert!(err.to_string().contains("stepz"), "{err}");
+        std::fs::write(tmp.path().join("x.toml"), "extends = \"y.toml\"\n").expect("x");
+        std::fs::write(tmp.path().join("y.toml"), "extends = \"x.toml\"\n").expect("y");
+        let err = read_doc(&tmp.path().join("x.toml")).expect_err("cycle");
+        assert!(err.to_string().contains("cycle"), "{err}");
+        let mut doc = toml::Table::new();
+        assert!(apply_set(&mut doc, "no_equals").is_err());
+        assert!(apply_set(&mut doc, "a..b=1").is_err());
+        apply_set(&mut doc, "a=1").expect("a");
+        let err = apply_set(&mut doc, "a.b=1").expect_err("not a section");
+        assert!(err.to_string().contains("not a section"), "{err}");
+    }
+
+    #[test]
+    fn the_first_difference_names_the_dotted_key() {
+        let a = Cfg {
+            steps: 1,
+            name: String::new(),
+            inner: Inner { a: 1.0, b: vec![1] },
+        };
+        let mut b = Cfg {
+            steps: 1,
+            name: String::new(),
+            inner: Inner { a: 1.0, b: vec![1] },
+        };
+        assert_eq!(first_difference(&a, &b, ""), None);
+        b.inner.a = 2.0;
+        let d = first_difference(&a, &b, "").expect("differs");
+        assert!(d.starts_with("inner.a: 1.0 against 2.0"), "{d}");
+    }
+}

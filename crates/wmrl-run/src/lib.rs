@@ -1,0 +1,15 @@
+//! What every wmrl command shares around a run, whatever its track:
+//!
+//! - [`config`]: one loader for every command's TOML config: `extends =
+//!   "other.toml"` chains, `--set section.key=value` overrides, one typed
+//!   parse (a type with `#[serde(deny_unknown_fields)]` refuses unknown
+//!   keys, naming them), and the settings comparison that names the first
+//!   differing key;
+//! - [`records`]: JSONL record files (append, read, cut back to a
+//!   checkpoint's length) and atomic writes.
+
+pub mod config;
+pub mod records;
+
+pub use config::{ConfigError, apply_set, first_difference, load, parse, read_doc};
+pub use records::{RecordError, append, atomic_write, cut_back, len_of, read_all};

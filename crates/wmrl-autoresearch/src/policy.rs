@@ -18,7 +18,7 @@ use crate::solution::{N_OPTIONS, N_SLOTS, SLOTS, Solution};
 
 /// Policy and update settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PolicyConfig {
     pub hidden: usize,
     /// AdamW learning rate.

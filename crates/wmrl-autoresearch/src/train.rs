@@ -86,9 +86,9 @@ pub fn small_scale_core() -> CoreConfig {
     c
 }
 
-/// Training settings.
+/// Training settings (configs/autoresearch_train.toml holds the defaults).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     pub steps: usize,
     pub groups_per_step: usize,
@@ -143,6 +143,35 @@ impl Default for TrainConfig {
 }
 
 impl TrainConfig {
+    /// Read a config: TOML through the loader every command shares
+    /// (`extends`, `sets` as `section.key=value`, unknown keys refused), or
+    /// a run's recorded `config.json` (a `.json` file, read as strictly);
+    /// no file: the defaults with `sets` applied.
+    pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
+        let config = |e: wmrl_run::ConfigError| Error::Config(e.to_string());
+        let mut doc = match path {
+            Some(p) if p.extension().is_some_and(|e| e == "json") => {
+                if !sets.is_empty() {
+                    return Err(Error::Config(format!(
+                        "{}: --set applies to TOML configs",
+                        p.display()
+                    )));
+                }
+                let text = std::fs::read_to_string(p).map_err(crate::error::io_err(p))?;
+                return serde_json::from_str(&text)
+                    .map_err(|e| Error::Config(format!("{}: {e}", p.display())));
+            }
+            Some(p) => wmrl_run::read_doc(p).map_err(config)?,
+            None => toml::Table::new(),
+        };
+        for s in sets {
+            wmrl_run::apply_set(&mut doc, s).map_err(config)?;
+        }
+        let origin = path.map_or_else(|| "--set".to_string(), |p| p.display().to_string());
+        let text = toml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))?;
+        wmrl_run::parse(&text, &origin).map_err(config)
+    }
+
     /// The settings a run uses: `refit_predictor_every` folded into
     /// `core.refit.every` (refused when both are set and differ), the core
     /// settings validated.
@@ -1197,6 +1226,29 @@ pub fn train_with_refit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shipped_config_is_the_defaults_and_unknown_keys_are_refused() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let shipped = root.join("configs/autoresearch_train.toml");
+        assert_eq!(
+            TrainConfig::load(Some(&shipped), &[]).expect("shipped"),
+            TrainConfig::default()
+        );
+        let c = TrainConfig::load(None, &["steps=3".into(), "policy.lr=0.01".into()])
+            .expect("sets over the defaults");
+        assert_eq!((c.steps, c.policy.lr), (3, 0.01));
+        assert_eq!(c.core, TrainConfig::default().core);
+        let err = TrainConfig::load(Some(&shipped), &["policy.lrr=1".into()]).expect_err("unknown");
+        assert!(err.to_string().contains("lrr"), "{err}");
+        // A run's recorded config.json reads back as strictly.
+        let tmp = tempfile::tempdir().expect("tmp");
+        let j = tmp.path().join("config.json");
+        std::fs::write(&j, serde_json::to_string(&c).expect("json")).expect("write");
+        assert_eq!(TrainConfig::load(Some(&j), &[]).expect("json"), c);
+        std::fs::write(&j, r#"{"stepz": 1}"#).expect("write");
+        assert!(TrainConfig::load(Some(&j), &[]).is_err());
+    }
     use crate::solution::Solution;
 
     fn row(reward: f64) -> Example {

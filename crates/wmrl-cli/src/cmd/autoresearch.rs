@@ -179,9 +179,15 @@ pub enum Sub {
         /// for wm and wmrl; see fit-predictor).
         #[arg(long, default_value = "runs/autoresearch/predictor.onnx")]
         predictor: PathBuf,
-        /// TrainConfig as JSON (defaults otherwise).
+        /// Run config (TOML: configs/autoresearch_train.toml holds the
+        /// defaults; `extends` and unknown keys refused), or a run's
+        /// recorded config.json.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Override any config key: `--set policy.lr=0.01` (repeatable; the
+        /// value is TOML).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
         #[arg(long)]
         steps: Option<usize>,
         #[arg(long, default_value = "runs/autoresearch")]
@@ -403,14 +409,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             seed,
             predictor,
             config,
+            set,
             steps,
             out,
             common,
         } => {
-            let mut cfg: TrainConfig = match config {
-                Some(p) => serde_json::from_str(&std::fs::read_to_string(&p)?)?,
-                None => TrainConfig::default(),
-            };
+            let mut cfg = TrainConfig::load(config.as_deref(), &set)?;
             if let Some(n) = steps {
                 cfg.steps = n;
             }

@@ -148,28 +148,7 @@ impl TrainConfig {
     /// a run's recorded `config.json` (a `.json` file, read as strictly);
     /// no file: the defaults with `sets` applied.
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
-        let config = |e: wmrl_run::ConfigError| Error::Config(e.to_string());
-        let mut doc = match path {
-            Some(p) if p.extension().is_some_and(|e| e == "json") => {
-                if !sets.is_empty() {
-                    return Err(Error::Config(format!(
-                        "{}: --set applies to TOML configs",
-                        p.display()
-                    )));
-                }
-                let text = std::fs::read_to_string(p).map_err(crate::error::io_err(p))?;
-                return serde_json::from_str(&text)
-                    .map_err(|e| Error::Config(format!("{}: {e}", p.display())));
-            }
-            Some(p) => wmrl_run::read_doc(p).map_err(config)?,
-            None => toml::Table::new(),
-        };
-        for s in sets {
-            wmrl_run::apply_set(&mut doc, s).map_err(config)?;
-        }
-        let origin = path.map_or_else(|| "--set".to_string(), |p| p.display().to_string());
-        let text = toml::to_string(&doc).map_err(|e| Error::Config(e.to_string()))?;
-        wmrl_run::parse(&text, &origin).map_err(config)
+        wmrl_run::load_optional(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
 
     /// The settings a run uses: `refit_predictor_every` folded into

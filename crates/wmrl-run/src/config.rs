@@ -133,6 +133,43 @@ pub fn load<T: DeserializeOwned>(path: &Path, sets: &[String]) -> Result<(T, Str
     Ok((parse(&text, &origin)?, origin))
 }
 
+/// A command's settings from an optional file, then `sets`: a `.json` file
+/// (a run's recorded settings) is read as it is, strictly, and takes no
+/// `sets`; a TOML file goes through [`load`]; no file is an empty document
+/// (the type's defaults) with `sets` applied.
+pub fn load_optional<T: DeserializeOwned>(
+    path: Option<&Path>,
+    sets: &[String],
+) -> Result<T, ConfigError> {
+    match path {
+        Some(p) if p.extension().is_some_and(|e| e == "json") => {
+            let err = |message: String| ConfigError {
+                path: p.display().to_string(),
+                message,
+            };
+            if !sets.is_empty() {
+                return Err(err(
+                    "--set applies to TOML configs, not a recorded .json".into()
+                ));
+            }
+            let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
+            serde_json::from_str(&text).map_err(|e| err(e.to_string()))
+        }
+        Some(p) => Ok(load(p, sets)?.0),
+        None => {
+            let mut doc = toml::Table::new();
+            for s in sets {
+                apply_set(&mut doc, s)?;
+            }
+            let text = toml::to_string(&doc).map_err(|e| ConfigError {
+                path: "--set".into(),
+                message: e.to_string(),
+            })?;
+            parse(&text, &format!("--set {}", sets.join(" ")))
+        }
+    }
+}
+
 /// The first dotted key whose value differs between two serialisable
 /// values (configs), as `key: A against B`; `None` when they are equal.
 pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<String> {

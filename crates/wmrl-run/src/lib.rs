@@ -11,5 +11,5 @@
 pub mod config;
 pub mod records;
 
-pub use config::{ConfigError, apply_set, first_difference, load, parse, read_doc};
+pub use config::{ConfigError, apply_set, first_difference, load, load_optional, parse, read_doc};
 pub use records::{RecordError, append, atomic_write, cut_back, len_of, read_all};

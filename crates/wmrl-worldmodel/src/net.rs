@@ -15,7 +15,7 @@ use crate::{Result, WmError};
 
 /// Shape and size of the network. Defaults are the `progress-tiny` preset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct NetConfig {
     /// Frames per rollout the model sees (Robometer: up to 8).
     pub num_frames: usize,

@@ -22,7 +22,7 @@ use crate::{Result, WmError, error::io_err};
 
 /// Training settings; defaults are what `models/progress-tiny` used.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct TrainConfig {
     /// Network shape; height/width are taken from the episodes.
     pub net: NetConfig,

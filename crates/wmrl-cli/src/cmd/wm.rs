@@ -38,9 +38,14 @@ pub struct TrainArgs {
     /// Output model directory.
     #[arg(long, default_value = "models/progress-tiny")]
     pub out: PathBuf,
-    /// JSON file with a TrainConfig (fields not given keep their defaults).
+    /// Training settings: TOML through the loader every command uses
+    /// (`extends`, unknown keys refused; fields not given keep their
+    /// defaults), or a model's recorded train_config.json.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Override any setting: `--set net.hidden=32` (repeatable; TOML value).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     #[arg(long)]
     pub steps: Option<usize>,
     #[arg(long)]
@@ -121,11 +126,7 @@ fn file_name(p: &Path) -> String {
 }
 
 fn run_train(a: TrainArgs) -> anyhow::Result<()> {
-    let mut cfg: TrainConfig = match &a.config {
-        Some(p) => serde_json::from_str(&std::fs::read_to_string(p)?)
-            .with_context(|| format!("parsing {}", p.display()))?,
-        None => TrainConfig::default(),
-    };
+    let mut cfg: TrainConfig = wmrl_run::load_optional(a.config.as_deref(), &a.set)?;
     if let Some(v) = a.steps {
         cfg.steps = v;
     }

@@ -516,6 +516,15 @@ pub struct TrainConfig {
     /// policy; absent: the defaults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub minivla: Option<MiniVlaSection>,
+    /// Where the models run (`--device`): `cpu` (written only when not),
+    /// `cuda` or `auto`. Where, not what: a bench resumes a run under
+    /// another device.
+    #[serde(skip_serializing_if = "is_cpu")]
+    pub device: crate::DeviceChoice,
+}
+
+fn is_cpu(d: &crate::DeviceChoice) -> bool {
+    *d == crate::DeviceChoice::Cpu
 }
 
 /// `[minivla]`: LoRA adapters on MiniVLA's language model and the update's
@@ -559,6 +568,7 @@ impl Default for TrainConfig {
             eval: EvalSection::default(),
             labels: LabelsSection::default(),
             minivla: None,
+            device: crate::DeviceChoice::Cpu,
         }
     }
 }

@@ -1,7 +1,6 @@
-//! Where a process runs its models: `--device cpu|cuda|auto`.
-//!
-//! One process, one placement, chosen once at start (`select`) and read by
-//! everything that loads a model afterwards (`placement`). The policy runs
+//! Where a run's models go: `--device cpu|cuda|auto`, recorded as a run's
+//! `device` (config.toml) and passed to what loads a model as a
+//! [`Placement`], as candle passes a `&Device`. The policy runs
 //! on candle's CUDA backend (a build with the `cuda` feature), the world
 //! model on ONNX Runtime's CUDA execution provider (a CUDA build of the
 //! library); each part that cannot use the GPU stays on the CPU, and one log
@@ -9,13 +8,13 @@
 //! the batched GPU rasteriser (`wmrl_sim::gpu`, kernels/raster.cu) when a
 //! driver and NVRTC are there.
 
-use std::sync::OnceLock;
-
+use serde::{Deserialize, Serialize};
 use wmrl_policy::candle::Device;
 use wmrl_worldmodel::ExecutionProvider;
 
-/// The `--device` choice.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The `--device` choice (a config's `device = "cpu" | "cuda" | "auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DeviceChoice {
     /// Everything on the CPU (the default; what the tests run).
     #[default]
@@ -58,7 +57,9 @@ pub struct Placement {
     /// ONNX Runtime provider of the world model.
     pub world_model: ExecutionProvider,
     /// The GPU the in-process simulator renders with (`wmrl_sim::gpu`),
-    /// installed by [`select`].
+    /// installed for the process by [`Placement::select`] (a renderer is a
+    /// process resource: every simulator the process builds afterwards
+    /// fills its pixels there).
     pub renderer: Option<std::sync::Arc<wmrl_sim::gpu::Gpu>>,
     /// The parts that asked for the GPU and stayed on the CPU, with why
     /// (empty for `cpu` or when everything is on the GPU).
@@ -66,7 +67,8 @@ pub struct Placement {
 }
 
 impl Placement {
-    fn cpu() -> Self {
+    /// Everything on the CPU.
+    pub fn cpu() -> Self {
         Self {
             choice: DeviceChoice::Cpu,
             policy: Device::Cpu,
@@ -120,15 +122,12 @@ impl Placement {
     }
 }
 
-static PLACEMENT: OnceLock<Placement> = OnceLock::new();
-
-/// Choose this process's placement once and log its fallback line (a
-/// warning for `cuda`, information for `auto`). A second call keeps the
-/// first choice and returns it.
-pub fn select(choice: DeviceChoice) -> &'static Placement {
-    PLACEMENT.get_or_init(|| {
-        let p = Placement::resolve(choice);
-        // Renderers built from now on fill their pixels on the GPU.
+impl Placement {
+    /// [`Placement::resolve`], then install its renderer for the process
+    /// and log its fallback line (a warning for `cuda`, information for
+    /// `auto`).
+    pub fn select(choice: DeviceChoice) -> Self {
+        let p = Self::resolve(choice);
         if let Some(gpu) = &p.renderer {
             wmrl_sim::gpu::install(gpu.clone());
         }
@@ -139,17 +138,15 @@ pub fn select(choice: DeviceChoice) -> &'static Placement {
             }
         }
         p
-    })
+    }
 }
 
-/// This process's placement: what [`select`] chose, else all on the CPU.
-pub fn placement() -> &'static Placement {
-    PLACEMENT.get_or_init(Placement::cpu)
-}
-
-/// Load a policy checkpoint onto this process's placement (float32).
-pub fn load_policy(dir: &std::path::Path) -> wmrl_policy::Result<wmrl_policy::Policy> {
-    wmrl_policy::Policy::load_on(dir, &placement().policy, wmrl_policy::candle::DType::F32)
+/// Load a `tiny` policy checkpoint onto `placement`'s device (float32).
+pub fn load_policy(
+    dir: &std::path::Path,
+    placement: &Placement,
+) -> wmrl_policy::Result<wmrl_policy::Policy> {
+    wmrl_policy::Policy::load_on(dir, &placement.policy, wmrl_policy::candle::DType::F32)
 }
 
 #[cfg(test)]

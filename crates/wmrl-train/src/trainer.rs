@@ -25,6 +25,7 @@ use wmrl_policy::{
 use wmrl_worldmodel::{RolloutFrames, WorldModel};
 
 use crate::config::{CreditSource, LabelSource, LossNorm, TrainConfig};
+use crate::device::Placement;
 use crate::error::io_err;
 use crate::labels::queue::HumanLabels;
 use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
@@ -141,7 +142,7 @@ fn make_env(cfg: &TrainConfig) -> Result<Box<dyn VecEnv>> {
 /// config.json names both vision backbones) with fresh LoRA adapters
 /// (`[minivla]`), or the `tiny` policy with a frozen copy as the KL
 /// reference.
-fn load_learner(cfg: &TrainConfig) -> Result<Box<dyn Learner>> {
+fn load_learner(cfg: &TrainConfig, placement: &Placement) -> Result<Box<dyn Learner>> {
     let path = &cfg.policy;
     if !path.join(wmrl_policy::CONFIG_FILE).exists() {
         return Err(TrainError::Missing {
@@ -162,10 +163,9 @@ fn load_learner(cfg: &TrainConfig) -> Result<Box<dyn Learner>> {
                 message: "a MiniVLA policy trains LoRA adapters from the checkpoint and has no KL-to-reference term: set update.loss.kl_beta = 0".into(),
             });
         }
-        let device = crate::device::placement().policy.clone();
         let policy = wmrl_minivla::MiniVlaPolicy::load(
             path,
-            &device,
+            &placement.policy,
             wmrl_policy::candle::DType::F32,
             m.stats_key.as_deref(),
         )
@@ -186,8 +186,8 @@ fn load_learner(cfg: &TrainConfig) -> Result<Box<dyn Learner>> {
                 .into(),
         });
     }
-    let policy = crate::device::load_policy(path)?;
-    let reference = crate::device::load_policy(path)?;
+    let policy = crate::device::load_policy(path, placement)?;
+    let reference = crate::device::load_policy(path, placement)?;
     Ok(Box::new(TinyLearner::new(
         policy,
         reference,
@@ -196,7 +196,11 @@ fn load_learner(cfg: &TrainConfig) -> Result<Box<dyn Learner>> {
     )?))
 }
 
-fn load_world_model(cfg: &TrainConfig, p: &Path) -> Result<Option<WorldModel>> {
+fn load_world_model(
+    cfg: &TrainConfig,
+    p: &Path,
+    placement: &Placement,
+) -> Result<Option<WorldModel>> {
     if !cfg.arm.uses_world_model() {
         return Ok(None);
     }
@@ -207,13 +211,13 @@ fn load_world_model(cfg: &TrainConfig, p: &Path) -> Result<Option<WorldModel>> {
             hint: "export one with `wmrl wm export` and set `world_model.path`",
         });
     }
-    Ok(Some(WorldModel::load_with(p, wm_runtime(cfg))?))
+    Ok(Some(WorldModel::load_with(p, wm_runtime(cfg, placement))?))
 }
 
 /// The ONNX Runtime settings the run's world models load with.
-fn wm_runtime(cfg: &TrainConfig) -> wmrl_worldmodel::WorldModelConfig {
+fn wm_runtime(cfg: &TrainConfig, placement: &Placement) -> wmrl_worldmodel::WorldModelConfig {
     let mut runtime = cfg.world_model.runtime.clone();
-    if crate::device::placement().world_model == wmrl_worldmodel::ExecutionProvider::Cuda {
+    if placement.world_model == wmrl_worldmodel::ExecutionProvider::Cuda {
         runtime.execution_provider = wmrl_worldmodel::ExecutionProvider::Cuda;
     }
     runtime
@@ -250,9 +254,10 @@ impl Trainer {
                 message: "holds people's labels (labels/) of a run with other settings; pick another --out, or move labels/ away".into(),
             });
         }
-        let learner = load_learner(&cfg)?;
+        let placement = Placement::select(cfg.device);
+        let learner = load_learner(&cfg, &placement)?;
         // Everything is loaded before the run directory is touched.
-        let track = RobotTrack::open(cfg, files, learner, None, 0)?;
+        let track = RobotTrack::open(cfg, files, &placement, learner, None, 0)?;
         let files = &track.files;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
         for f in [
@@ -269,12 +274,23 @@ impl Trainer {
         })
     }
 
-    /// Continue the run in `dir` from its last checkpoint.
+    /// Continue the run in `dir` from its last checkpoint, on the device
+    /// its config.toml records.
     pub fn resume(dir: &Path) -> Result<Self> {
+        Self::resume_on(dir, None)
+    }
+
+    /// [`Trainer::resume`] on `device` instead of the recorded one (where
+    /// the models run, not what the run computes: config.toml keeps its
+    /// record).
+    pub fn resume_on(dir: &Path, device: Option<crate::DeviceChoice>) -> Result<Self> {
         let files = RunFiles {
             dir: dir.to_path_buf(),
         };
-        let cfg = TrainConfig::load(&files.config_toml())?;
+        let mut cfg = TrainConfig::load(&files.config_toml())?;
+        if let Some(d) = device {
+            cfg.device = d;
+        }
         let ck = files.checkpoint();
         let state_path = ck.join("state.json");
         let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
@@ -305,9 +321,17 @@ impl Trainer {
                 ),
             });
         }
-        let mut learner = load_learner(&cfg)?;
+        let placement = Placement::select(cfg.device);
+        let mut learner = load_learner(&cfg, &placement)?;
         learner.restore(&ck)?;
-        let track = RobotTrack::open(cfg, files, learner, state.world_model.clone(), state.step)?;
+        let track = RobotTrack::open(
+            cfg,
+            files,
+            &placement,
+            learner,
+            state.world_model.clone(),
+            state.step,
+        )?;
         let files = &track.files;
         metrics::truncate(&files.metrics(), state.metrics_len)?;
         metrics::truncate(&files.eval(), state.eval_len)?;
@@ -442,6 +466,7 @@ impl RobotTrack {
     fn open(
         cfg: TrainConfig,
         files: RunFiles,
+        placement: &Placement,
         learner: Box<dyn Learner>,
         refitted: Option<PathBuf>,
         steps_done: usize,
@@ -452,7 +477,7 @@ impl RobotTrack {
         let refit = if cfg.wmrl.refit.every > 0 && cfg.arm.uses_world_model() {
             let setup = RefitSetup {
                 fit: cfg.world_model.refit.clone(),
-                runtime: wm_runtime(&cfg),
+                runtime: wm_runtime(&cfg, placement),
                 mode: cfg.world_model.mode,
                 seed: cfg.seed,
                 n_groups: cfg.rollout.n_groups,
@@ -465,7 +490,7 @@ impl RobotTrack {
         } else {
             None
         };
-        let world_model = load_world_model(&cfg, &model_path)?;
+        let world_model = load_world_model(&cfg, &model_path, placement)?;
         let env = make_env(&cfg)?;
         let human = (cfg.labels.source == LabelSource::Human).then(|| {
             HumanLabels::new(
@@ -987,7 +1012,11 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
 /// start checkpoint with the adapters merged, in the converted layout that
 /// `MiniVla::load` and scripts/convert_minivla.py's key map read). `out`
 /// must not exist yet or be empty. Returns the policy's kind and the step.
-pub fn export_policy(dir: &Path, out: &Path) -> Result<(&'static str, usize)> {
+pub fn export_policy(
+    dir: &Path,
+    out: &Path,
+    device: crate::DeviceChoice,
+) -> Result<(&'static str, usize)> {
     let files = RunFiles {
         dir: dir.to_path_buf(),
     };
@@ -1008,7 +1037,7 @@ pub fn export_policy(dir: &Path, out: &Path) -> Result<(&'static str, usize)> {
             message: "exists and is not empty; pick another --out".into(),
         });
     }
-    let mut learner = load_learner(&cfg)?;
+    let mut learner = load_learner(&cfg, &Placement::select(device))?;
     learner.restore(&ck)?;
     learner.export(&cfg.policy, out)?;
     Ok((learner.policy().kind(), state.step))

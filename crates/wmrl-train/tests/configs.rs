@@ -5,11 +5,14 @@ use wmrl_train::TrainConfig;
 #[test]
 fn shipped_configs_are_valid() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
-    // Every run config in configs/ (policy_tiny.toml is the SFT config).
+    // Every run config in configs/ (policy_tiny.toml is the SFT config,
+    // autoresearch_*.toml the AutoResearch track's, tested there).
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("configs/")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".toml") && n != "policy_tiny.toml")
+        .filter(|n| {
+            n.ends_with(".toml") && n != "policy_tiny.toml" && !n.starts_with("autoresearch_")
+        })
         .collect();
     names.sort();
     assert!(names.len() >= 10, "{names:?}");
@@ -142,4 +145,17 @@ fn the_label_source_is_absent_by_default_and_old_configs_compare_equal() {
     assert!(e.to_string().contains("crowd"), "{e}");
     let e = TrainConfig::from_toml("[labels]\npoll_ms = 0\n", "bad").expect_err("bad poll");
     assert!(e.to_string().contains("labels.poll_ms"), "{e}");
+}
+
+#[test]
+fn the_device_is_recorded_when_not_the_cpu_and_refused_when_unknown() {
+    let cpu = TrainConfig::from_toml("", "t.toml").expect("default");
+    assert_eq!(cpu.device, wmrl_train::DeviceChoice::Cpu);
+    assert!(!cpu.to_toml().expect("toml").contains("device"));
+    let cuda = TrainConfig::from_toml("device = \"cuda\"\n", "t.toml").expect("cuda");
+    assert_eq!(cuda.device, wmrl_train::DeviceChoice::Cuda);
+    let back = TrainConfig::from_toml(&cuda.to_toml().expect("toml"), "t.toml").expect("back");
+    assert_eq!(back, cuda);
+    let err = TrainConfig::from_toml("device = \"gpu\"\n", "t.toml").expect_err("unknown");
+    assert!(err.to_string().contains("gpu"), "{err}");
 }

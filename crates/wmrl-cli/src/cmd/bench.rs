@@ -90,6 +90,7 @@ fn resolved(
         world_model: args.world_model.as_ref(),
     }
     .apply(&mut c);
+    c.device = args.device;
     if arm.is_none() {
         c.steps = 0;
     } else {
@@ -135,7 +136,10 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
         });
     }
     let path = dir.join("config.toml");
-    let have = wmrl_train::TrainConfig::load(&path)?;
+    let mut have = wmrl_train::TrainConfig::load(&path)?;
+    // Where the models run is not what the run computes: a run resumes on
+    // this bench's --device.
+    have.device = cfg.device;
     if let Some(d) = have.first_difference(&cfg) {
         anyhow::bail!(
             "{} was started with other settings than this bench now gives it ({} against now: {d}); rerun with the bench's original file and flags, or another --out",

@@ -125,9 +125,9 @@ pub fn parse_list(s: &str, all: usize) -> anyhow::Result<Vec<usize>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    wmrl_train::device::select(args.device);
-    let policy =
-        load_any_policy(&args).with_context(|| format!("loading {}", args.policy.display()))?;
+    let placement = wmrl_train::Placement::select(args.device);
+    let policy = load_any_policy(&args, &placement)
+        .with_context(|| format!("loading {}", args.policy.display()))?;
     let mut env = make_env(&args)?;
     let n_tasks = env.spec().tasks.len();
     let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));
@@ -189,10 +189,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The policy in `--policy`, of the kind its config names, on this
-/// process's device.
-fn load_any_policy(args: &Args) -> anyhow::Result<Box<dyn wmrl_policy::ActionPolicy>> {
-    let device = &wmrl_train::device::placement().policy;
+/// The policy in `--policy`, of the kind its config names, on
+/// `placement`'s device.
+fn load_any_policy(
+    args: &Args,
+    placement: &wmrl_train::Placement,
+) -> anyhow::Result<Box<dyn wmrl_policy::ActionPolicy>> {
+    let device = &placement.policy;
     if wmrl_minivla::is_minivla_dir(&args.policy) {
         let dtype = match args.dtype.as_str() {
             "bf16" => wmrl_policy::candle::DType::BF16,
@@ -212,7 +215,10 @@ fn load_any_policy(args: &Args) -> anyhow::Result<Box<dyn wmrl_policy::ActionPol
         tracing::info!("MiniVLA ({}) in {}", p.model().config().preset, args.dtype);
         Ok(Box::new(p))
     } else {
-        Ok(Box::new(wmrl_train::device::load_policy(&args.policy)?))
+        Ok(Box::new(wmrl_train::device::load_policy(
+            &args.policy,
+            placement,
+        )?))
     }
 }
 

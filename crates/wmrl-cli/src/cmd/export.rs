@@ -22,8 +22,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    wmrl_train::device::select(args.device);
-    let (kind, step) = wmrl_train::export_policy(&args.run, &args.out)?;
+    let (kind, step) = wmrl_train::export_policy(&args.run, &args.out, args.device)?;
     println!(
         "{kind} policy of {} at step {step} -> {}",
         args.run.display(),

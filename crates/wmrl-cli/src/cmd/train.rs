@@ -43,9 +43,11 @@ pub struct Args {
     pub quiet: bool,
     /// Where the models run: `cpu`, `cuda` (the GPU where each part can use
     /// it; one warning names each part that stays on the CPU and why) or
-    /// `auto` (the same, the fallback logged as information).
-    #[arg(long, default_value = "cpu")]
-    pub device: wmrl_train::DeviceChoice,
+    /// `auto` (the same, the fallback logged as information). Recorded as
+    /// the run's `device`; without it a run uses its config's (default
+    /// `cpu`), a resumed run the one it recorded.
+    #[arg(long)]
+    pub device: Option<wmrl_train::DeviceChoice>,
 }
 
 /// The override flags `wmrl train` and `wmrl bench` share, applied over a
@@ -93,6 +95,9 @@ pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
     if let Some(s) = args.seed {
         cfg.seed = s;
     }
+    if let Some(d) = args.device {
+        cfg.device = d;
+    }
     Flags::of(args).apply(&mut cfg);
     cfg.validate()?;
     Ok(cfg)
@@ -106,7 +111,7 @@ pub fn train(args: &Args) -> anyhow::Result<RunSummary> {
                 args.steps.is_none() && args.arm.is_none() && args.seed.is_none(),
                 "a resumed run keeps its own config.toml: drop --steps/--arm/--seed"
             );
-            Trainer::resume(dir)?
+            Trainer::resume_on(dir, args.device)?
         }
         None => {
             let cfg = resolve(args)?;
@@ -146,7 +151,6 @@ pub fn train(args: &Args) -> anyhow::Result<RunSummary> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    wmrl_train::device::select(args.device);
     let s = train(&args)?;
     println!(
         "arm {} seed {}: held-out success {:.1}% [{:.1}, {:.1}] over {} episodes{}; labels used {}",

@@ -303,38 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             data_path,
             output_path,
             common,
-        } => {
-            for p in data_path.iter().chain(&output_path) {
-                anyhow::ensure!(p.is_absolute(), "{} must be an absolute path", p.display());
-            }
-            let views = wmrl_autoresearch::PathViews {
-                public_at: data_path,
-                workdir_at: output_path,
-            };
-            let s = suite(&common)?;
-            let comp = s
-                .by_name(&competition)
-                .with_context(|| format!("no competition {competition}"))?;
-            let code = std::fs::read_to_string(&solution)?;
-            // One solution is run afresh unless a cache is named; the cache
-            // is keyed by competition and code, not by the path views.
-            let cached = common.cache.is_some() && !common.no_cache;
-            if cached && views != wmrl_autoresearch::PathViews::default() {
-                bail!(
-                    "--cache replays by competition and code only, so it cannot be combined with --data-path or --output-path"
-                );
-            }
-            let work = common.work_root("run")?;
-            let o = executor(
-                &Common {
-                    no_cache: !cached,
-                    ..common
-                },
-                &work,
-            )?
-            .execute_with(comp, &code, &views)?;
-            println!("{}", serde_json::to_string_pretty(&o)?);
-        }
+        } => run_one(&competition, &solution, data_path, output_path, common)?,
         Sub::Collect {
             split: sp,
             per_competition,
@@ -360,50 +329,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             out,
             code,
             common,
-        } => {
-            let s = suite(&common)?;
-            let train_data = read_examples(&data)?;
-            for e in &train_data {
-                if s.by_name(&e.competition)
-                    .is_some_and(|c| c.meta.split != Split::Train)
-                {
-                    bail!(
-                        "{} is not a training competition: the predictor trains on the training split only",
-                        e.competition
-                    );
-                }
-            }
-            if out.extension().is_some_and(|e| e == "json") {
-                bail!(
-                    "--out is the ONNX file (e.g. predictor.onnx); the JSON weights go beside it"
-                );
-            }
-            let kind = if code {
-                InputKind::Code
-            } else {
-                InputKind::Template
-            };
-            let inputs = example_inputs(kind, &train_data, &s)?;
-            let targets: Vec<f64> = train_data.iter().map(|e| e.reward).collect();
-            let (p, mse) =
-                Predictor::train_on(&PredictorConfig::default(), kind, &inputs, &targets)?;
-            if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
-                mkdir(dir)?;
-            }
-            let weights = out.with_extension("json");
-            p.save(&weights)?;
-            let onnx = OnnxPredictor::export_and_load(&p, &out)?;
-            println!(
-                "predictor: train mse {mse:.4} -> {} (ONNX, scored through ONNX Runtime; weights {}); max |candle - ort| on 256 random inputs {:.1e}",
-                out.display(),
-                weights.display(),
-                max_abs_diff(&p, &onnx, 256, 0)?
-            );
-            print_predictor_eval("training data", &onnx, &train_data, &s)?;
-            if let Some(h) = heldout {
-                print_predictor_eval("held-out competitions", &onnx, &read_examples(&h)?, &s)?;
-            }
-        }
+        } => fit_predictor(&data, heldout.as_deref(), &out, code, &common)?,
         Sub::Train {
             arm,
             seed,
@@ -418,42 +344,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             if let Some(n) = steps {
                 cfg.steps = n;
             }
-            let s = suite(&common)?;
-            let pred = if arm == ArArm::Real {
-                None
-            } else {
-                Some(OnnxPredictor::load(&predictor).context(
-                    "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
-                )?)
-            };
-            let run = wmrl_autoresearch::RunDir::in_bench(&out, arm.name(), seed);
-            let work = common.work_root("train")?;
-            let r = train(
-                &cfg,
-                arm,
-                seed,
-                &s,
-                &executor(&common, &work)?,
-                pred.as_ref(),
-                Some(&run),
-            )?;
-            for e in &r.evals {
-                let mut line =
-                    format!("step {:>3}  sandbox cpu {:>8.1}s", e.step, e.train_cpu_secs);
-                for (name, sc) in [
-                    ("training", e.train_competitions),
-                    ("held-out", e.heldout()),
-                ] {
-                    if let Some(sc) = sc {
-                        line.push_str(&format!(
-                            "  {name} position {:.3} reward {:.3} valid {:.2}",
-                            sc.position, sc.reward, sc.valid_fraction
-                        ));
-                    }
-                }
-                println!("{line}");
-            }
-            println!("ledger: {}", serde_json::to_string(&r.ledger)?);
+            train_one(&cfg, arm, seed, &predictor, &out, &common)?;
         }
         Sub::Bench {
             seeds,
@@ -483,29 +374,187 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_requests,
             common,
         } => {
-            let pred = if arm == ArArm::Real {
-                None
-            } else {
-                Some(
-                    OnnxPredictor::load_kind(&predictor, InputKind::Code).context(
-                        "loading the code predictor (`wmrl autoresearch fit-predictor --code --out <file.onnx>` writes one)",
-                    )?,
-                )
+            let cfg = RewardConfig {
+                arm,
+                seed,
+                core: {
+                    let mut core = wmrl_autoresearch::train::small_scale_core();
+                    core.anchors.fraction = anchor_fraction;
+                    core
+                },
             };
-            if let Some(dir) = state.parent().filter(|d| !d.as_os_str().is_empty()) {
-                mkdir(dir)?;
-            }
-            let mut core = wmrl_autoresearch::train::small_scale_core();
-            core.anchors.fraction = anchor_fraction;
-            let cfg = RewardConfig { arm, seed, core };
-            let work = common.work_root("serve-rewards")?;
-            let ex = executor(&common, &work)?;
-            let service = RewardService::new(suite(&common)?, ex, pred, cfg, Some(&state))?;
-            let listener = crate::cmd::rewards_http::bind(&bind)?;
-            println!("listening on http://{}", listener.local_addr()?);
-            crate::cmd::rewards_http::serve(service, listener, max_requests)?;
+            serve_rewards(&bind, cfg, &predictor, &state, max_requests, &common)?;
         }
     }
+    Ok(())
+}
+
+/// `autoresearch run`: one solution in the sandbox, its outcome printed.
+fn run_one(
+    competition: &str,
+    solution: &Path,
+    data_path: Option<PathBuf>,
+    output_path: Option<PathBuf>,
+    common: Common,
+) -> anyhow::Result<()> {
+    for p in data_path.iter().chain(&output_path) {
+        anyhow::ensure!(p.is_absolute(), "{} must be an absolute path", p.display());
+    }
+    let views = wmrl_autoresearch::PathViews {
+        public_at: data_path,
+        workdir_at: output_path,
+    };
+    let s = suite(&common)?;
+    let comp = s
+        .by_name(competition)
+        .with_context(|| format!("no competition {competition}"))?;
+    let code = std::fs::read_to_string(solution)?;
+    // One solution is run afresh unless a cache is named; the cache
+    // is keyed by competition and code, not by the path views.
+    let cached = common.cache.is_some() && !common.no_cache;
+    if cached && views != wmrl_autoresearch::PathViews::default() {
+        bail!(
+            "--cache replays by competition and code only, so it cannot be combined with --data-path or --output-path"
+        );
+    }
+    let work = common.work_root("run")?;
+    let o = executor(
+        &Common {
+            no_cache: !cached,
+            ..common
+        },
+        &work,
+    )?
+    .execute_with(comp, &code, &views)?;
+    println!("{}", serde_json::to_string_pretty(&o)?);
+    Ok(())
+}
+
+/// `autoresearch fit-predictor`: the outcome predictor on the training
+/// competitions' examples, exported to ONNX and checked through ONNX Runtime.
+fn fit_predictor(
+    data: &Path,
+    heldout: Option<&Path>,
+    out: &Path,
+    code: bool,
+    common: &Common,
+) -> anyhow::Result<()> {
+    let s = suite(common)?;
+    let train_data = read_examples(data)?;
+    for e in &train_data {
+        if s.by_name(&e.competition)
+            .is_some_and(|c| c.meta.split != Split::Train)
+        {
+            bail!(
+                "{} is not a training competition: the predictor trains on the training split only",
+                e.competition
+            );
+        }
+    }
+    if out.extension().is_some_and(|e| e == "json") {
+        bail!("--out is the ONNX file (e.g. predictor.onnx); the JSON weights go beside it");
+    }
+    let kind = if code {
+        InputKind::Code
+    } else {
+        InputKind::Template
+    };
+    let inputs = example_inputs(kind, &train_data, &s)?;
+    let targets: Vec<f64> = train_data.iter().map(|e| e.reward).collect();
+    let (p, mse) = Predictor::train_on(&PredictorConfig::default(), kind, &inputs, &targets)?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        mkdir(dir)?;
+    }
+    let weights = out.with_extension("json");
+    p.save(&weights)?;
+    let onnx = OnnxPredictor::export_and_load(&p, out)?;
+    println!(
+        "predictor: train mse {mse:.4} -> {} (ONNX, scored through ONNX Runtime; weights {}); max |candle - ort| on 256 random inputs {:.1e}",
+        out.display(),
+        weights.display(),
+        max_abs_diff(&p, &onnx, 256, 0)?
+    );
+    print_predictor_eval("training data", &onnx, &train_data, &s)?;
+    if let Some(h) = heldout {
+        print_predictor_eval("held-out competitions", &onnx, &read_examples(h)?, &s)?;
+    }
+    Ok(())
+}
+
+/// `autoresearch train`: one arm, one seed, its evaluations printed.
+fn train_one(
+    cfg: &TrainConfig,
+    arm: ArArm,
+    seed: u64,
+    predictor: &Path,
+    out: &Path,
+    common: &Common,
+) -> anyhow::Result<()> {
+    let s = suite(common)?;
+    let pred = if arm == ArArm::Real {
+        None
+    } else {
+        Some(OnnxPredictor::load(predictor).context(
+            "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
+        )?)
+    };
+    let run = wmrl_autoresearch::RunDir::in_bench(out, arm.name(), seed);
+    let work = common.work_root("train")?;
+    let r = train(
+        cfg,
+        arm,
+        seed,
+        &s,
+        &executor(common, &work)?,
+        pred.as_ref(),
+        Some(&run),
+    )?;
+    for e in &r.evals {
+        let mut line = format!("step {:>3}  sandbox cpu {:>8.1}s", e.step, e.train_cpu_secs);
+        for (name, sc) in [
+            ("training", e.train_competitions),
+            ("held-out", e.heldout()),
+        ] {
+            if let Some(sc) = sc {
+                line.push_str(&format!(
+                    "  {name} position {:.3} reward {:.3} valid {:.2}",
+                    sc.position, sc.reward, sc.valid_fraction
+                ));
+            }
+        }
+        println!("{line}");
+    }
+    println!("ledger: {}", serde_json::to_string(&r.ledger)?);
+    Ok(())
+}
+
+/// `autoresearch serve-rewards`: the reward service on `bind`.
+fn serve_rewards(
+    bind: &str,
+    cfg: RewardConfig,
+    predictor: &Path,
+    state: &Path,
+    max_requests: u64,
+    common: &Common,
+) -> anyhow::Result<()> {
+    let pred = if cfg.arm == ArArm::Real {
+        None
+    } else {
+        Some(
+            OnnxPredictor::load_kind(predictor, InputKind::Code).context(
+                "loading the code predictor (`wmrl autoresearch fit-predictor --code --out <file.onnx>` writes one)",
+            )?,
+        )
+    };
+    if let Some(dir) = state.parent().filter(|d| !d.as_os_str().is_empty()) {
+        mkdir(dir)?;
+    }
+    let work = common.work_root("serve-rewards")?;
+    let ex = executor(common, &work)?;
+    let service = RewardService::new(suite(common)?, ex, pred, cfg, Some(state))?;
+    let listener = crate::cmd::rewards_http::bind(bind)?;
+    println!("listening on http://{}", listener.local_addr()?);
+    crate::cmd::rewards_http::serve(service, listener, max_requests)?;
     Ok(())
 }
 

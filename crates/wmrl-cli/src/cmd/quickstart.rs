@@ -149,55 +149,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let mut timings = Vec::new();
 
-    let per = args.demos_per_task.unwrap_or(24).to_string();
     if own_sft {
-        timings.push((
-            "demos",
-            stage(
-                "demos",
-                demos.join("DONE").exists(),
-                &[
-                    "demos",
-                    "--tasks",
-                    "all",
-                    "--per-task",
-                    &per,
-                    "--init-states",
-                    "0-15",
-                    "--dart",
-                    "0.1",
-                    "--image-size",
-                    &size,
-                    "--seed",
-                    "0",
-                    "--out",
-                    &p(&demos),
-                ],
-            )?,
-        ));
-        std::fs::write(demos.join("DONE"), "")?;
+        sft_stages(&args, &demos, &sft, &size, &mut timings)?;
     } else {
         println!("== demos, sft: skipped, starting from {}", sft.display());
-    }
-
-    if own_sft {
-        let mut sft_args = vec![
-            "sft".to_string(),
-            "--config".into(),
-            p(args
-                .sft_config
-                .as_deref()
-                .unwrap_or(Path::new("configs/policy_tiny.toml"))),
-            "--demos".into(),
-            p(&demos),
-            "--out".into(),
-            p(&sft),
-        ];
-        if let Some(s) = args.sft_steps {
-            sft_args.extend(["--steps".into(), s.to_string()]);
-        }
-        let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
-        timings.push(("sft", stage("sft", sft_done, &sft_args)?));
     }
 
     let onnx = if own_sft {
@@ -232,13 +187,86 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stage("post-training", false, &bench_args)?,
     ));
 
+    print_table(&args, &train_cfg, &bench)?;
+    println!();
+    for (name, secs) in &timings {
+        println!("{name:<22} {secs:>7.0} s");
+    }
+    println!("{:<22} {:>7.0} s", "total", t0.elapsed().as_secs_f64());
+    println!("report: {}", bench.join("report.md").display());
+    Ok(())
+}
+
+/// The from-scratch pipeline's first stages: scripted demonstrations, then
+/// SFT on them (each skipped when its output is there).
+fn sft_stages(
+    args: &Args,
+    demos: &Path,
+    sft: &Path,
+    size: &str,
+    timings: &mut Vec<(&'static str, f64)>,
+) -> anyhow::Result<()> {
+    let per = args.demos_per_task.unwrap_or(24).to_string();
+    timings.push((
+        "demos",
+        stage(
+            "demos",
+            demos.join("DONE").exists(),
+            &[
+                "demos",
+                "--tasks",
+                "all",
+                "--per-task",
+                &per,
+                "--init-states",
+                "0-15",
+                "--dart",
+                "0.1",
+                "--image-size",
+                size,
+                "--seed",
+                "0",
+                "--out",
+                &p(demos),
+            ],
+        )?,
+    ));
+    std::fs::write(demos.join("DONE"), "")?;
+
+    let mut sft_args = vec![
+        "sft".to_string(),
+        "--config".into(),
+        p(args
+            .sft_config
+            .as_deref()
+            .unwrap_or(Path::new("configs/policy_tiny.toml"))),
+        "--demos".into(),
+        p(demos),
+        "--out".into(),
+        p(sft),
+    ];
+    if let Some(s) = args.sft_steps {
+        sft_args.extend(["--steps".into(), s.to_string()]);
+    }
+    let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
+    timings.push(("sft", stage("sft", sft_done, &sft_args)?));
+
+    Ok(())
+}
+
+/// The success table of the quickstart's runs against the SFT start.
+fn print_table(
+    args: &Args,
+    train_cfg: &wmrl_train::TrainConfig,
+    bench: &Path,
+) -> anyhow::Result<()> {
     // The SFT starting point: every run evaluates it at step 0.
     let arms = wmrl_train::bench::parse_arms(&args.arms)?;
-    let start = wmrl_train::trainer::read_summary(&wmrl_train::bench::start_dir(&bench)).ok();
+    let start = wmrl_train::trainer::read_summary(&wmrl_train::bench::start_dir(bench)).ok();
     println!();
     println!(
         "Held-out success on the config's evaluation states ({}), embedded simulator:",
-        describe_eval(&train_cfg)
+        describe_eval(train_cfg)
     );
     println!(
         "{:<28} {:>24} {:>7} {:>27} {:>7} {:>7}  sampled vs start",
@@ -273,7 +301,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     for arm in &arms {
         for s in 0..args.seeds {
-            let dir = wmrl_train::bench::run_dir(&bench, &arm.name, s);
+            let dir = wmrl_train::bench::run_dir(bench, &arm.name, s);
             if let Ok(sum) = wmrl_train::trainer::read_summary(&dir) {
                 let s0 = start.as_ref();
                 println!(
@@ -298,12 +326,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "\nGains in points over the start. `resolved` where the arm's 95% interval of the sampled measure (the paper's) does not overlap the start's, `not resolved` otherwise: one seed tells a gain from noise only that far; the shuffled-advantage control (`--arms sparse,wmrl,sparse_shuffled`) and the bench over seeds (docs/results.md) say more. `wmrl` here has a quarter of the labels (`wmrl.anchors.fraction = 0.25`); its comparison with full-label `sparse` at equal rollouts is the method's scarce-label claim."
     );
-    println!();
-    for (name, secs) in &timings {
-        println!("{name:<22} {secs:>7.0} s");
-    }
-    println!("{:<22} {:>7.0} s", "total", t0.elapsed().as_secs_f64());
-    println!("report: {}", bench.join("report.md").display());
     Ok(())
 }
 

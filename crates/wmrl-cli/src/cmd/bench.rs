@@ -230,22 +230,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("report: {}", args.out.join("report.md").display());
         return Ok(());
     }
-    // Every run's config is resolved (and a resumed run's checked against
-    // it) before any work starts: a bad override fails here, once.
+    let todo = plan(&args, &arms, &seeds)?;
+    let failed = execute(&args, todo)?;
+    let table = write_report(&args.out, &arms, &seeds, &args.title, &args.confirms)?;
+    println!("{table}");
+    println!("report: {}", args.out.join("report.md").display());
+    anyhow::ensure!(failed.is_empty(), "runs failed: {}", failed.join(", "));
+    Ok(())
+}
+
+/// Every run still to do, seed-major, its config resolved (and a resumed
+/// run's checked against it) before any work starts: a bad override fails
+/// here, once; a machine without ONNX Runtime is told so here when an arm
+/// needs it.
+fn plan<'a>(args: &Args, arms: &'a [BenchArm], seeds: &[u64]) -> anyhow::Result<Vec<Job<'a>>> {
     let mut todo: Vec<Job> = Vec::new();
     if !start_dir(&args.out).join("summary.json").exists() {
-        todo.push(job(&args, None, 0).context("the start run")?);
+        todo.push(job(args, None, 0).context("the start run")?);
     }
     // Seed-major: an interrupted bench has every arm of its first seeds
     // finished (paired comparisons), not every seed of its first arms.
-    for &s in &seeds {
-        for arm in &arms {
+    for &s in seeds {
+        for arm in arms {
             if !run_dir(&args.out, &arm.name, s)
                 .join("summary.json")
                 .exists()
             {
                 todo.push(
-                    job(&args, Some(arm), s)
+                    job(args, Some(arm), s)
                         .with_context(|| format!("bench arm `{}` seed {s}", arm.name))?,
                 );
             }
@@ -262,6 +274,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
              (scripts/setup onnxruntime installs it)",
         )?;
     }
+    Ok(todo)
+}
+
+/// Run `todo` with `--jobs` children at a time, showing progress in
+/// training steps; returns the runs that failed (the others go on).
+fn execute(args: &Args, todo: Vec<Job<'_>>) -> anyhow::Result<Vec<String>> {
     // Progress in training steps across the runs, so that the rate and ETA
     // move while a long run works (a run counts as done steps only from its
     // metrics.jsonl; a resumed run's finished steps are not this session's).
@@ -272,7 +290,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     bar.set_position(
         todo.iter()
             .filter(|j| j.fresh.is_none())
-            .map(|j| steps_done(&place(&args, j.arm, j.seed).0, j.steps))
+            .map(|j| steps_done(&place(args, j.arm, j.seed).0, j.steps))
             .sum(),
     );
     bar.set_message(format!("0/{n_runs} runs"));
@@ -285,10 +303,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let Some(j) = queue.next() else { break };
             // A run that cannot start is a failed run; the others go on
             // (and are waited for).
-            match spawn(&args, &j) {
+            match spawn(args, &j) {
                 Ok(child) => running.push((j.arm, j.seed, child, j.steps)),
                 Err(e) => {
-                    let (_, name) = place(&args, j.arm, j.seed);
+                    let (_, name) = place(args, j.arm, j.seed);
                     failed.push(format!("{name} (could not start: {e:#})"));
                     finished_steps += j.steps;
                     runs_done += 1;
@@ -325,7 +343,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let mut now = finished_steps;
             let mut names = Vec::new();
             for (arm, s, _, steps) in &running {
-                let (dir, name) = place(&args, *arm, *s);
+                let (dir, name) = place(args, *arm, *s);
                 let d = steps_done(&dir, *steps);
                 now += d;
                 names.push(format!("{name} {d}/{steps}"));
@@ -339,11 +357,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     bar.finish();
-    let table = write_report(&args.out, &arms, &seeds, &args.title, &args.confirms)?;
-    println!("{table}");
-    println!("report: {}", args.out.join("report.md").display());
-    anyhow::ensure!(failed.is_empty(), "runs failed: {}", failed.join(", "));
-    Ok(())
+    Ok(failed)
 }
 
 #[cfg(test)]

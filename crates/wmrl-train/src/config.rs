@@ -680,6 +680,28 @@ impl TrainConfig {
                 "must be [lo, hi] with lo <= hi",
             ));
         }
+        self.validate_states()?;
+        self.validate_env()?;
+        let u = &self.update;
+        if u.inner_epochs == 0 {
+            return Err(bad("update.inner_epochs", "must be at least 1"));
+        }
+        if !(u.optim.lr > 0.0 && u.optim.lr.is_finite()) {
+            return Err(bad("update.optim.lr", "must be positive"));
+        }
+        if self.checkpoint_every == 0 {
+            return Err(bad("checkpoint_every", "must be at least 1"));
+        }
+        self.world_model
+            .refit
+            .check()
+            .map_err(|(key, why)| bad(&format!("world_model.refit.{key}"), why))?;
+        Ok(())
+    }
+
+    /// The split: training, validation (curve) and test states apart.
+    fn validate_states(&self) -> Result<()> {
+        let r = &self.rollout;
         let e = &self.eval;
         if e.init_states[0] > e.init_states[1] {
             return Err(bad("eval.init_states", "must be [lo, hi] with lo <= hi"));
@@ -728,6 +750,13 @@ impl TrainConfig {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// The environment backend's own settings, and that every state the
+    /// run reads exists.
+    fn validate_env(&self) -> Result<()> {
+        let (r, e) = (&self.rollout, &self.eval);
         if self.env.num_envs == 0 {
             return Err(bad("env.num_envs", "must be at least 1"));
         }
@@ -780,20 +809,6 @@ impl TrainConfig {
                 ));
             }
         }
-        let u = &self.update;
-        if u.inner_epochs == 0 {
-            return Err(bad("update.inner_epochs", "must be at least 1"));
-        }
-        if !(u.optim.lr > 0.0 && u.optim.lr.is_finite()) {
-            return Err(bad("update.optim.lr", "must be positive"));
-        }
-        if self.checkpoint_every == 0 {
-            return Err(bad("checkpoint_every", "must be at least 1"));
-        }
-        self.world_model
-            .refit
-            .check()
-            .map_err(|(key, why)| bad(&format!("world_model.refit.{key}"), why))?;
         Ok(())
     }
 

@@ -106,21 +106,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enumerate()
         .map(|(idx, (t, k))| (args.start_index + idx, t, k))
         .collect();
-    let (lo, hi) = args
-        .init_states
-        .split_once('-')
-        .and_then(|(a, b)| {
-            Some((
-                a.trim().parse::<usize>().ok()?,
-                b.trim().parse::<usize>().ok()?,
-            ))
-        })
-        .with_context(|| format!("--init-states {:?}: expected LO-HI", args.init_states))?;
-    anyhow::ensure!(
-        lo <= hi && hi < cfg.n_init_states,
-        "--init-states {lo}-{hi}: must lie in 0-{}",
-        cfg.n_init_states - 1
-    );
+    let (lo, hi) = init_range(&args.init_states, cfg.n_init_states)?;
     let n_init = hi - lo + 1;
     let threads = args
         .threads
@@ -188,6 +174,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let stats = stats
         .into_inner()
         .map_err(|_| anyhow::anyhow!("worker panicked"))?;
+    print_stats(&stats, &args.out);
+    Ok(())
+}
+
+/// `LO-HI` of `--init-states`, inside the simulator's `n` states.
+fn init_range(spec: &str, n: usize) -> anyhow::Result<(usize, usize)> {
+    let (lo, hi) = spec
+        .split_once('-')
+        .and_then(|(a, b)| {
+            Some((
+                a.trim().parse::<usize>().ok()?,
+                b.trim().parse::<usize>().ok()?,
+            ))
+        })
+        .with_context(|| format!("--init-states {spec:?}: expected LO-HI"))?;
+    anyhow::ensure!(
+        lo <= hi && hi < n,
+        "--init-states {lo}-{hi}: must lie in 0-{}",
+        n - 1
+    );
+    Ok((lo, hi))
+}
+
+/// Per task: episodes, success rate, mean steps and size; then the totals.
+fn print_stats(stats: &[(usize, usize, usize, u64)], out: &std::path::Path) {
     println!(
         "{:>4} {:>8} {:>8} {:>10} {:>12}",
         "task", "episodes", "success", "mean_steps", "KiB/episode"
@@ -207,9 +218,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     println!(
         "wrote {n} episodes to {} ({} successful, {:.1} MiB)",
-        args.out.display(),
+        out.display(),
         ok,
         bytes as f64 / (1024.0 * 1024.0)
     );
-    Ok(())
 }

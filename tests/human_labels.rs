@@ -12,9 +12,10 @@ use candle_core::{DType, Device};
 use candle_nn::{VarBuilder, VarMap};
 use wmrl_core::Arm;
 use wmrl_policy::{Policy, PolicyConfig};
+use wmrl_run::read_all;
 use wmrl_train::labels::queue::read_sim_flags;
 use wmrl_train::labels::{LabelStore, Verdict};
-use wmrl_train::metrics::{StepMetrics, read_all};
+use wmrl_train::metrics::StepMetrics;
 use wmrl_train::{LabelSource, TrainConfig, Trainer};
 use wmrl_worldmodel::{NetConfig, ProgressNet, export_onnx};
 

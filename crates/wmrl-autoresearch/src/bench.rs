@@ -7,8 +7,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::rundir::{RunDir, read_json, settings_difference, write_json};
+use crate::rundir::{read_json, settings_difference, write_json};
 use crate::train::{ArArm, StepLog, TrainReport};
+use wmrl_run::RunDir;
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
 /// the robot track's too); NaN for no values, a NaN half-width for one.

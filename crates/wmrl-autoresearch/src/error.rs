@@ -37,6 +37,9 @@ pub enum Error {
     Core(#[from] wmrl_core::CoreError),
     #[error("invalid config: {0}")]
     Config(String),
+    /// A run's record file that cannot be written or cut back.
+    #[error("record file {0}")]
+    Record(#[from] wmrl_run::RecordError),
     /// Something a live process holds (a reward service's state file).
     #[error("in use: {0}")]
     InUse(String),

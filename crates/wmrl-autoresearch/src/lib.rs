@@ -30,6 +30,5 @@ pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite
 pub use error::{Error, Result};
 pub use grade::{Grade, Ladder, Rung, Submission, grade, leaderboard_position, position_score};
 pub use onnx_predictor::OnnxPredictor;
-pub use rundir::RunDir;
 pub use sandbox::{Exit, Isolation, PathViews, Run, RunReport, Sandbox, SandboxConfig};
 pub use train::{ArArm, TrainConfig, TrainReport, train};

@@ -3,7 +3,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `config.json` ([`RunDir::config_json`]) | the run's [`crate::TrainConfig`] |
+//! | `config.json` (`wmrl_run::RunDir::config_json`) | the run's [`crate::TrainConfig`] |
 //! | `metrics.jsonl` | one [`crate::train::StepLog`] per training step |
 //! | `eval.jsonl` | one [`crate::train::EvalPoint`] per held-out evaluation |
 //! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
@@ -17,8 +17,6 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::error::{Error, Result, io_err};
-
-pub use wmrl_core::RunDir;
 
 pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
     let text = std::fs::read_to_string(path).map_err(io_err(path))?;

@@ -22,11 +22,11 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use wmrl_core::rundir::{cut_back, len_of};
 use wmrl_core::{
     AnchorGroup, Arm, CoreConfig, CorrectionLoop, Ledger, RefitDecision, Run, Schedule,
     ScorerError, Scorers, Stage, StepOutcome, Track,
 };
+use wmrl_run::{cut_back, len_of};
 
 use crate::competition::{Competition, Split, Suite};
 use crate::error::{Error, Result, io_err};
@@ -35,7 +35,8 @@ use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
-use crate::rundir::{RunDir, append_jsonl, create_jsonl, settings_difference, write_json};
+use crate::rundir::{append_jsonl, create_jsonl, settings_difference, write_json};
+use wmrl_run::RunDir;
 
 /// The three arms of the AutoResearch benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -1078,7 +1079,7 @@ pub fn train_with_refit(
                     return create_jsonl(&p);
                 };
                 // Continue after what the checkpoint had written.
-                cut_back(&p, len).map_err(io_err(&p))?;
+                cut_back(&p, len)?;
                 std::fs::OpenOptions::new()
                     .append(true)
                     .open(&p)

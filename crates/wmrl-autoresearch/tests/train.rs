@@ -55,7 +55,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
     };
     for arm in ArArm::ALL {
         // The run directory, laid out as the robot track's.
-        let run = wmrl_autoresearch::RunDir::in_bench(cache.path(), arm.name(), 7);
+        let run = wmrl_run::RunDir::in_bench(cache.path(), arm.name(), 7);
         let r = train(&cfg, arm, 7, &suite, &ex, Some(&onnx), Some(&run)).unwrap();
         let lines = |p: std::path::PathBuf| -> Vec<serde_json::Value> {
             std::fs::read_to_string(&p)
@@ -309,7 +309,7 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
 
 #[test]
 fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
-    use wmrl_autoresearch::RunDir;
+    use wmrl_run::RunDir;
     let dir = tempfile::tempdir().unwrap();
     let (suite, ex) = suite_and_executor(dir.path());
     // The stand-in for a stop is a shorter run, whose last step reads the
@@ -404,7 +404,7 @@ fn json(p: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
-fn refit_lines(run: &wmrl_autoresearch::RunDir) -> Vec<RefitRecord> {
+fn refit_lines(run: &wmrl_run::RunDir) -> Vec<RefitRecord> {
     std::fs::read_to_string(run.dir.join(REFITS_FILE))
         .unwrap()
         .lines()
@@ -434,7 +434,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
     let (first, _) = Predictor::train(&pcfg, &data).unwrap();
     let first_onnx =
         OnnxPredictor::export_and_load(&first, &dir.path().join("first.onnx")).unwrap();
-    let probe_run = wmrl_autoresearch::RunDir::new(dir.path().join("probe"));
+    let probe_run = wmrl_run::RunDir::new(dir.path().join("probe"));
     let probe_data = PredictorRefit {
         predictor: &first,
         data: &data,
@@ -505,7 +505,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
         ..Default::default()
     };
     let run_with = |name: &str, cfg: &TrainConfig| {
-        let run = wmrl_autoresearch::RunDir::new(dir.path().join(name));
+        let run = wmrl_run::RunDir::new(dir.path().join(name));
         let refit = PredictorRefit {
             predictor: &incumbent,
             data: &poisoned,
@@ -611,7 +611,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
 /// back to the checkpoint's length.
 #[test]
 fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
-    use wmrl_autoresearch::RunDir;
+    use wmrl_run::RunDir;
     let dir = tempfile::tempdir().unwrap();
     let (suite, ex) = suite_and_executor(dir.path());
     let data = collect(&suite, &ex, Split::Train, 1, 3).unwrap();

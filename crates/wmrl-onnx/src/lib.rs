@@ -96,11 +96,5 @@ pub fn model_proto(
 /// Write ONNX bytes atomically: parent directories, a temporary name, then
 /// rename, so a reader never sees a half-written model.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
-    }
-    let tmp = path.with_extension("onnx.partial");
-    std::fs::write(&tmp, bytes).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    Ok(())
+    wmrl_run::atomic_write(path, bytes).map_err(|e| io_err(Path::new(&e.path), e.message))
 }

@@ -356,24 +356,7 @@ pub fn evaluate_with_progress(
     } else {
         cfg.tasks.clone()
     };
-    let mut queue: Vec<(usize, usize)> = Vec::new();
-    for &t in &tasks {
-        let task = spec
-            .tasks
-            .get(t)
-            .ok_or_else(|| PolicyError::Input(format!("unknown task {t}")))?;
-        for &s in &cfg.init_states {
-            if s >= task.n_init_states {
-                return Err(PolicyError::Input(format!(
-                    "task {t} has {} init states, asked for {s}",
-                    task.n_init_states
-                )));
-            }
-            for _ in 0..cfg.repeats.max(1) {
-                queue.push((t, s));
-            }
-        }
-    }
+    let queue = episode_queue(&spec, &tasks, cfg)?;
     let gif_eps: Vec<usize> = match (&cfg.gif_dir, cfg.init_states.first()) {
         (Some(_), Some(&s0)) => queue
             .iter()
@@ -461,6 +444,53 @@ pub fn evaluate_with_progress(
     };
     let (results, gifs) = (keep.results, keep.gifs);
     let episodes: Vec<EpisodeResult> = results.into_iter().flatten().collect();
+    let (per_task, overall) = summarise(&spec, &tasks, &episodes);
+    Ok(EvalReport {
+        per_task,
+        overall,
+        episodes,
+        policy_calls: stats.policy_batches as usize,
+        env_steps: stats.env_steps as usize,
+        restarts: stats.restarts as usize,
+        wall_secs: t0.elapsed().as_secs_f64(),
+        gifs,
+    })
+}
+
+/// The (task, initial state) of every episode, each repeated
+/// `cfg.repeats` times; an unknown task or state is an error.
+fn episode_queue(
+    spec: &wmrl_env::EnvSpec,
+    tasks: &[usize],
+    cfg: &EvalConfig,
+) -> Result<Vec<(usize, usize)>> {
+    let mut queue: Vec<(usize, usize)> = Vec::new();
+    for &t in tasks {
+        let task = spec
+            .tasks
+            .get(t)
+            .ok_or_else(|| PolicyError::Input(format!("unknown task {t}")))?;
+        for &s in &cfg.init_states {
+            if s >= task.n_init_states {
+                return Err(PolicyError::Input(format!(
+                    "task {t} has {} init states, asked for {s}",
+                    task.n_init_states
+                )));
+            }
+            for _ in 0..cfg.repeats.max(1) {
+                queue.push((t, s));
+            }
+        }
+    }
+    Ok(queue)
+}
+
+/// Success per task (with mean final progress) and over all episodes.
+fn summarise(
+    spec: &wmrl_env::EnvSpec,
+    tasks: &[usize],
+    episodes: &[EpisodeResult],
+) -> (Vec<TaskResult>, RateSummary) {
     let per_task = tasks
         .iter()
         .map(|&t| {
@@ -483,16 +513,7 @@ pub fn evaluate_with_progress(
         episodes.iter().filter(|e| e.success).count(),
         episodes.len(),
     );
-    Ok(EvalReport {
-        per_task,
-        overall,
-        episodes,
-        policy_calls: stats.policy_batches as usize,
-        env_steps: stats.env_steps as usize,
-        restarts: stats.restarts as usize,
-        wall_secs: t0.elapsed().as_secs_f64(),
-        gifs,
-    })
+    (per_task, overall)
 }
 
 /// Write RGB frames as a looping GIF (100 ms a frame).

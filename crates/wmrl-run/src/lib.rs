@@ -6,10 +6,14 @@
 //!   keys, naming them), and the settings comparison that names the first
 //!   differing key;
 //! - [`records`]: JSONL record files (append, read, cut back to a
-//!   checkpoint's length) and atomic writes.
+//!   checkpoint's length) and atomic writes;
+//! - [`rundir`]: the run directory both tracks write, and where a bench
+//!   keeps each run (`<out>/<arm>/seed<k>/`).
 
 pub mod config;
 pub mod records;
+pub mod rundir;
 
 pub use config::{ConfigError, apply_set, first_difference, load, load_optional, parse, read_doc};
 pub use records::{RecordError, append, atomic_write, cut_back, len_of, read_all};
+pub use rundir::RunDir;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use wmrl_core::Arm;
 
 use crate::confirm::{Confirm, confirm_section};
-use crate::metrics::{self, CalibrationSnapshot, EvalRecord, StepMetrics};
+use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::plot::{Series, line_plot};
 use crate::trainer::{RunSummary, read_summary};
 use crate::{Result, TrainError};
@@ -80,7 +80,7 @@ impl BenchArm {
 
 /// The run directory of one (bench arm, seed).
 pub fn run_dir(bench: &Path, name: &str, seed: u64) -> PathBuf {
-    wmrl_core::RunDir::in_bench(bench, name, seed).dir
+    wmrl_run::RunDir::in_bench(bench, name, seed).dir
 }
 
 /// The directory of the bench's one evaluation of the shared start (a
@@ -120,7 +120,7 @@ fn paired_by(
 /// start's, from the bench's start run, when the run did not evaluate its
 /// own step 0), falling back to `heldout` records of older runs.
 fn curve_points(dir: &Path, start: &[EvalRecord]) -> Result<Vec<(f64, f64)>> {
-    let evals: Vec<EvalRecord> = metrics::read_all(&dir.join("eval.jsonl"))?;
+    let evals: Vec<EvalRecord> = wmrl_run::read_all(&dir.join("eval.jsonl"))?;
     let mut ev: Vec<&EvalRecord> = evals.iter().filter(|e| e.split == "curve").collect();
     if ev.is_empty() {
         ev = evals.iter().filter(|e| e.split == "heldout").collect();
@@ -248,7 +248,7 @@ pub fn write_report(
     }
     let start = read_summary(&start_dir(bench)).ok();
     let start_evals: Vec<EvalRecord> =
-        metrics::read_all(&start_dir(bench).join("eval.jsonl")).unwrap_or_default();
+        wmrl_run::read_all(&start_dir(bench).join("eval.jsonl")).unwrap_or_default();
     let table = success_table(&results, start.as_ref());
     let paired_md = paired_rows(&results);
     let overlaps = overlap_lines(&results);
@@ -444,7 +444,7 @@ fn write_curves(
                 continue;
             }
             per_run_eval.push(curve_points(&dir, start_evals)?);
-            let evals: Vec<EvalRecord> = metrics::read_all(&dir.join("eval.jsonl"))?;
+            let evals: Vec<EvalRecord> = wmrl_run::read_all(&dir.join("eval.jsonl"))?;
             let split = if evals.iter().any(|e| e.split == "curve") {
                 "curve"
             } else {
@@ -457,7 +457,7 @@ fn write_curves(
                     .map(|e| (e.labels_cumulative as f64, e.success))
                     .collect(),
             );
-            let ms: Vec<StepMetrics> = metrics::read_all(&dir.join("metrics.jsonl"))?;
+            let ms: Vec<StepMetrics> = wmrl_run::read_all(&dir.join("metrics.jsonl"))?;
             per_run_w.push(
                 ms.iter()
                     .map(|m| (m.step as f64, m.anchor_weight))
@@ -532,7 +532,7 @@ fn calibration_note(bench: &Path, results: &[ArmResult], seeds: &[u64]) -> Resul
         && let Some(s) = seeds.first()
     {
         let snaps: Vec<CalibrationSnapshot> =
-            metrics::read_all(&run_dir(bench, &r.name, *s).join("calibration.jsonl"))?;
+            wmrl_run::read_all(&run_dir(bench, &r.name, *s).join("calibration.jsonl"))?;
         if !snaps.is_empty() {
             let series: Vec<Series> = snaps
                 .iter()

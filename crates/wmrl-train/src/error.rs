@@ -58,3 +58,12 @@ impl From<wmrl_run::ConfigError> for TrainError {
         }
     }
 }
+
+impl From<wmrl_run::RecordError> for TrainError {
+    fn from(e: wmrl_run::RecordError) -> Self {
+        TrainError::RunDir {
+            path: e.path,
+            message: e.message,
+        }
+    }
+}

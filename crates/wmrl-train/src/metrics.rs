@@ -1,15 +1,11 @@
-//! Append-only JSON-lines records of a run (metrics.jsonl, eval.jsonl,
-//! calibration.jsonl), truncatable to a checkpoint on resume.
+//! The robot track's record types (metrics.jsonl, eval.jsonl,
+//! calibration.jsonl, refits.jsonl), written and cut back to a checkpoint
+//! through `wmrl_run::records`.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use wmrl_core::Ledger;
-
-use crate::Result;
-use crate::error::io_err;
 
 /// One line of metrics.jsonl: everything about one training step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,44 +118,3 @@ pub struct RefitRecord {
     pub fit_seconds: f64,
     pub fit_cpu_seconds: f64,
 }
-
-/// Append `value` as one JSON line.
-pub fn append<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io_err(path))?;
-    let line =
-        serde_json::to_string(value).map_err(|e| crate::TrainError::Report(e.to_string()))?;
-    writeln!(f, "{line}").map_err(io_err(path))?;
-    Ok(())
-}
-
-/// Read every line of a JSONL file (missing file: empty).
-pub fn read_all<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Vec<T>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err(path)(e)),
-    };
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| {
-            serde_json::from_str(l).map_err(|e| crate::TrainError::RunDir {
-                path: path.display().to_string(),
-                message: format!("bad line: {e}"),
-            })
-        })
-        .collect()
-}
-
-pub use wmrl_core::rundir::len_of;
-
-/// Cut a file back to `len` bytes (records written after a checkpoint).
-pub fn truncate(path: &Path, len: u64) -> Result<()> {
-    wmrl_core::rundir::cut_back(path, len).map_err(io_err(path))
-}
-
-/// The record files of a run directory (the layout both tracks share).
-pub type RunFiles = wmrl_core::RunDir;

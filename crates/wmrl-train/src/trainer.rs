@@ -28,10 +28,11 @@ use crate::config::{CreditSource, LabelSource, LossNorm, TrainConfig};
 use crate::device::Placement;
 use crate::error::io_err;
 use crate::labels::queue::HumanLabels;
-use crate::metrics::{self, CalibrationSnapshot, EvalRecord, RunFiles, StepMetrics};
+use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::rollout::{EpisodeSpec, Keep, Rollout, collect};
 use crate::wm_refit::{self, RefitSetup, WmRefit};
 use crate::{Result, TrainError};
+use wmrl_run::RunDir;
 
 /// What a finished run reports (summary.json).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -84,7 +85,7 @@ struct TrainState {
 /// model, and the run directory its results go to.
 pub struct RobotTrack {
     cfg: TrainConfig,
-    files: RunFiles,
+    files: RunDir,
     /// The policy being trained, its optimiser (and the `tiny` policy's
     /// frozen reference).
     learner: Box<dyn Learner>,
@@ -231,7 +232,7 @@ impl Trainer {
     /// Start a fresh run in `dir` (which must not hold a checkpoint).
     pub fn create(cfg: TrainConfig, dir: &Path) -> Result<Self> {
         cfg.validate()?;
-        let files = RunFiles {
+        let files = RunDir {
             dir: dir.to_path_buf(),
         };
         if files.checkpoint().exists() {
@@ -266,7 +267,7 @@ impl Trainer {
             files.calibration(),
             dir.join(wm_refit::REFITS_FILE),
         ] {
-            metrics::truncate(&f, 0)?;
+            wmrl_run::cut_back(&f, 0)?;
         }
         std::fs::write(files.config_toml(), toml).map_err(io_err(&files.config_toml()))?;
         Ok(Self {
@@ -284,7 +285,7 @@ impl Trainer {
     /// the models run, not what the run computes: config.toml keeps its
     /// record).
     pub fn resume_on(dir: &Path, device: Option<crate::DeviceChoice>) -> Result<Self> {
-        let files = RunFiles {
+        let files = RunDir {
             dir: dir.to_path_buf(),
         };
         let mut cfg = TrainConfig::load(&files.config_toml())?;
@@ -333,10 +334,10 @@ impl Trainer {
             state.step,
         )?;
         let files = &track.files;
-        metrics::truncate(&files.metrics(), state.metrics_len)?;
-        metrics::truncate(&files.eval(), state.eval_len)?;
-        metrics::truncate(&files.calibration(), state.calibration_len)?;
-        metrics::truncate(&files.dir.join(wm_refit::REFITS_FILE), state.refits_len)?;
+        wmrl_run::cut_back(&files.metrics(), state.metrics_len)?;
+        wmrl_run::cut_back(&files.eval(), state.eval_len)?;
+        wmrl_run::cut_back(&files.calibration(), state.calibration_len)?;
+        wmrl_run::cut_back(&files.dir.join(wm_refit::REFITS_FILE), state.refits_len)?;
         Ok(Self {
             run: Run::resumed(track, state.core, state.ledger, state.step),
         })
@@ -357,7 +358,7 @@ impl Trainer {
     pub fn dir(&self) -> &Path {
         &self.run.track.files.dir
     }
-    pub fn files(&self) -> &RunFiles {
+    pub fn files(&self) -> &RunDir {
         &self.run.track.files
     }
 
@@ -393,7 +394,7 @@ impl Trainer {
             // A run resumed from its step-0 checkpoint has the start's record.
             eval_at_start: every > 0
                 && cfg.eval.at_start
-                && metrics::len_of(&self.run.track.files.eval()) == 0,
+                && wmrl_run::len_of(&self.run.track.files.eval()) == 0,
             // At the last step the final evaluation covers the curve states
             // unless the curve has its own subset.
             eval_at_end: every > 0
@@ -465,7 +466,7 @@ impl RobotTrack {
     /// simulator.
     fn open(
         cfg: TrainConfig,
-        files: RunFiles,
+        files: RunDir,
         placement: &Placement,
         learner: Box<dyn Learner>,
         refitted: Option<PathBuf>,
@@ -822,11 +823,11 @@ impl Track for RobotTrack {
             step: run.step,
             core: run.core.clone(),
             ledger: run.ledger.clone(),
-            metrics_len: metrics::len_of(&files.metrics()),
-            eval_len: metrics::len_of(&files.eval()),
-            calibration_len: metrics::len_of(&files.calibration()),
+            metrics_len: wmrl_run::len_of(&files.metrics()),
+            eval_len: wmrl_run::len_of(&files.eval()),
+            calibration_len: wmrl_run::len_of(&files.calibration()),
             world_model: t.refitted.clone(),
-            refits_len: metrics::len_of(&files.dir.join(wm_refit::REFITS_FILE)),
+            refits_len: wmrl_run::len_of(&files.dir.join(wm_refit::REFITS_FILE)),
         };
         let text = serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
         let sp = tmp.join("state.json");
@@ -907,7 +908,7 @@ fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetric
         ledger: run.ledger.clone(),
         wall_seconds: track.step_started.elapsed().as_secs_f64(),
     };
-    metrics::append(&run.track.files.metrics(), &m)?;
+    wmrl_run::append(&run.track.files.metrics(), &m)?;
     Ok(m)
 }
 
@@ -977,7 +978,7 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
         .record(Stage::Eval, report.episodes.len() as u64, seconds);
     run.ledger.record_cpu(Stage::Eval, cpu);
     let per_task: Vec<f64> = report.per_task.iter().map(|t| t.summary.rate).collect();
-    metrics::append(
+    wmrl_run::append(
         &tr.files.eval(),
         &EvalRecord {
             step: run.step,
@@ -995,7 +996,7 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
     )?;
     if let Some(map) = run.core.calibrator().map() {
         let (xs, ys) = map.knots();
-        metrics::append(
+        wmrl_run::append(
             &tr.files.calibration(),
             &CalibrationSnapshot {
                 step: run.step,
@@ -1017,7 +1018,7 @@ pub fn export_policy(
     out: &Path,
     device: crate::DeviceChoice,
 ) -> Result<(&'static str, usize)> {
-    let files = RunFiles {
+    let files = RunDir {
         dir: dir.to_path_buf(),
     };
     let cfg = TrainConfig::load(&files.config_toml())?;

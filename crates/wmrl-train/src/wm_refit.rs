@@ -28,7 +28,7 @@ use wmrl_worldmodel::{
     uniform_indices,
 };
 
-use crate::metrics::{self, RefitRecord};
+use crate::metrics::RefitRecord;
 use crate::rollout::Rollout;
 use crate::{Result, TrainError};
 
@@ -463,7 +463,7 @@ impl WmRefit {
             .join(train::ONNX_FILE)
             .strip_prefix(&self.run_dir)
             .map_or_else(|_| c.dir.join(train::ONNX_FILE), Path::to_path_buf);
-        metrics::append(
+        wmrl_run::append(
             &self.run_dir.join(REFITS_FILE),
             &RefitRecord {
                 decision: decision.clone(),

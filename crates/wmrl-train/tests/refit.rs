@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use wmrl_core::refit::{RefitConfig, decide};
 use wmrl_core::{AnchorGroup, Ledger};
-use wmrl_train::metrics::{RefitRecord, read_all};
+use wmrl_run::read_all;
+use wmrl_train::metrics::RefitRecord;
 use wmrl_train::rollout::{EpisodeSpec, Rollout};
 use wmrl_train::wm_refit::{REFITS_FILE, RefitSetup, WmRefit};
 use wmrl_worldmodel::finetune::{candle_scores, from_outcome};

@@ -498,7 +498,7 @@ fn train_one(
             "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
         )?)
     };
-    let run = wmrl_autoresearch::RunDir::in_bench(out, arm.name(), seed);
+    let run = wmrl_run::RunDir::in_bench(out, arm.name(), seed);
     let work = common.work_root("train")?;
     let r = train(
         cfg,

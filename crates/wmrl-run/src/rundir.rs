@@ -7,7 +7,7 @@
 //! | `metrics.jsonl` | one line per training step |
 //! | `eval.jsonl` | one line per evaluation |
 //! | `calibration.jsonl` | the isotonic map at each evaluation (robot) |
-//! | `diagnostics.json` | the correction loop's records ([`crate::Diagnostics`]) |
+//! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
 //! | `summary.json` | the finished run's report, written last |
 //! | `checkpoint/` | what resuming needs |
 //! | `predictor.onnx` | a world model refitted during the run (AutoResearch) |
@@ -55,22 +55,4 @@ impl RunDir {
     pub fn predictor(&self) -> PathBuf {
         self.dir.join("predictor.onnx")
     }
-}
-
-/// A record file's byte length (0 when it is missing): what a checkpoint
-/// keeps, to cut the file back to on resume.
-pub fn len_of(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
-}
-
-/// Cut a record file back to `len` bytes (what was written after the
-/// checkpoint); nothing when the file is missing.
-pub fn cut_back(path: &Path, len: u64) -> std::io::Result<()> {
-    if !path.exists() {
-        return Ok(());
-    }
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)?
-        .set_len(len)
 }

@@ -97,6 +97,48 @@ pub fn onnx_bytes(
         config.hidden as i64,
     );
 
+    frame_features(&mut g, config, (t, h, w, d))?;
+    text_features(&mut g)?;
+    heads(&mut g, d)?;
+
+    let batch: std::result::Result<i64, &str> = Err("batch");
+    let graph = GraphProto {
+        node: g.nodes,
+        name: "wmrl_progress".into(),
+        initializer: g.inits,
+        doc_string: "wmrl progress model: frames + instruction -> per-frame progress, success"
+            .into(),
+        input: vec![
+            ValueInfoProto::tensor(INPUT_FRAMES, DT_FLOAT, &[batch, Ok(t), Ok(3), Ok(h), Ok(w)]),
+            ValueInfoProto::tensor(
+                INPUT_INSTRUCTION,
+                DT_INT64,
+                &[batch, Ok(config.instruction_len as i64)],
+            ),
+        ],
+        output: vec![
+            ValueInfoProto::tensor(OUTPUT_PROGRESS, DT_FLOAT, &[batch, Ok(t)]),
+            ValueInfoProto::tensor(OUTPUT_SUCCESS, DT_FLOAT, &[batch, Ok(t)]),
+        ],
+        value_info: vec![],
+    };
+    let mut metadata = contract::metadata_for(config);
+    metadata.extend(extra_metadata.iter().cloned());
+    let model = model_proto(
+        graph,
+        "Robometer-style progress model trained and exported by wmrl".into(),
+        metadata,
+    );
+    Ok(model.encode_to_vec())
+}
+
+/// Frames to per-frame features `feat_btd` `[B, T, hidden]`: (pool,)
+/// conv + ReLU stack, flatten, linear + ReLU.
+fn frame_features(
+    g: &mut Graph,
+    config: &NetConfig,
+    (t, h, w, d): (i64, i64, i64, i64),
+) -> Result<()> {
     let s = g.const_i64("shape_frames", &[4], &[-1, 3, h, w]);
     g.node("Reshape", &[INPUT_FRAMES, &s], "x_in", vec![]);
     let mut x = "x_in".to_string();
@@ -151,6 +193,11 @@ pub fn onnx_bytes(
     let s = g.const_i64("shape_btd", &[3], &[-1, t, d]);
     g.node("Reshape", &["feat", &s], "feat_btd", vec![]);
 
+    Ok(())
+}
+
+/// The instruction to `text_feat`: token embeddings, their mean, linear.
+fn text_features(g: &mut Graph) -> Result<()> {
     let emb = g.init("emb.weight", false)?;
     g.node(
         "Gather",
@@ -175,6 +222,12 @@ pub fn onnx_bytes(
         vec![AttributeProto::int("transB", 1)],
     );
 
+    Ok(())
+}
+
+/// The context (text and first frame), per-frame hidden layer, and the
+/// progress and success outputs.
+fn heads(g: &mut Graph, d: i64) -> Result<()> {
     let zero = g.const_i64("idx0", &[], &[0]);
     g.node(
         "Gather",
@@ -213,35 +266,7 @@ pub fn onnx_bytes(
         vec![AttributeProto::int("axis", 2)],
     );
 
-    let batch: std::result::Result<i64, &str> = Err("batch");
-    let graph = GraphProto {
-        node: g.nodes,
-        name: "wmrl_progress".into(),
-        initializer: g.inits,
-        doc_string: "wmrl progress model: frames + instruction -> per-frame progress, success"
-            .into(),
-        input: vec![
-            ValueInfoProto::tensor(INPUT_FRAMES, DT_FLOAT, &[batch, Ok(t), Ok(3), Ok(h), Ok(w)]),
-            ValueInfoProto::tensor(
-                INPUT_INSTRUCTION,
-                DT_INT64,
-                &[batch, Ok(config.instruction_len as i64)],
-            ),
-        ],
-        output: vec![
-            ValueInfoProto::tensor(OUTPUT_PROGRESS, DT_FLOAT, &[batch, Ok(t)]),
-            ValueInfoProto::tensor(OUTPUT_SUCCESS, DT_FLOAT, &[batch, Ok(t)]),
-        ],
-        value_info: vec![],
-    };
-    let mut metadata = contract::metadata_for(config);
-    metadata.extend(extra_metadata.iter().cloned());
-    let model = model_proto(
-        graph,
-        "Robometer-style progress model trained and exported by wmrl".into(),
-        metadata,
-    );
-    Ok(model.encode_to_vec())
+    Ok(())
 }
 
 /// Write the ONNX file atomically (temporary name, then rename).

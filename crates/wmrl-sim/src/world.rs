@@ -136,6 +136,91 @@ fn yaw_pose(x: f32, y: f32, yaw: f32) -> Pose {
     Pose::from_parts(Vec3::new(x, y, 0.0), Rot3::from_rotation_z(yaw))
 }
 
+/// Insert one object of a task at its initial pose (and, when it has one,
+/// its articulated part on a joint at `joint`): its bodies and colliders go
+/// in, in the order the world's handles depend on.
+fn insert_object(
+    phys: &mut PhysicsWorld,
+    name: &str,
+    kind: &Kind,
+    pose: &[f32; 3],
+    joint: f32,
+) -> SimObject {
+    let world_pose = yaw_pose(pose[0], pose[1], pose[2]);
+    let rb = if kind.fixed {
+        RigidBodyBuilder::fixed()
+    } else {
+        RigidBodyBuilder::dynamic()
+            .linear_damping(0.5)
+            .angular_damping(1.0)
+    };
+    let body = phys.insert_body(rb.pose(world_pose));
+    let grp = if kind.fixed {
+        groups(G_STATIC, G_OBJ | G_ARTIC)
+    } else {
+        groups(G_OBJ, G_STATIC | G_OBJ | G_ARTIC | G_PALM)
+    };
+    let colliders = kind
+        .parts
+        .iter()
+        .filter(|p| p.collide)
+        .map(|p| {
+            phys.insert_collider(
+                shape_collider(p)
+                    .density(kind.density)
+                    .collision_groups(grp),
+                Some(body),
+            )
+        })
+        .collect();
+    let part = kind.articulation.as_ref().map(|a| {
+        let pb = phys.insert_body(
+            RigidBodyBuilder::dynamic()
+                .pose(world_pose * part_local_pose(a, joint))
+                .linear_damping(4.0)
+                .angular_damping(4.0)
+                .can_sleep(true),
+        );
+        let n = a.parts.iter().filter(|p| p.collide).count().max(1) as f32;
+        for p in a.parts.iter().filter(|p| p.collide) {
+            phys.insert_collider(
+                shape_collider(p)
+                    .mass(a.mass / n)
+                    .collision_groups(groups(G_ARTIC, G_STATIC | G_OBJ | G_PALM | G_FINGER)),
+                Some(pb),
+            );
+        }
+        let axis = v3(a.axis);
+        let joint: GenericJoint = match a.joint {
+            JointKind::Prismatic => PrismaticJointBuilder::new(axis)
+                .local_anchor1(v3(a.anchor))
+                .local_anchor2(Vec3::ZERO)
+                .limits(a.limits)
+                .motor_velocity(0.0, 2.0)
+                .contacts_enabled(false)
+                .build()
+                .into(),
+            JointKind::Revolute => RevoluteJointBuilder::new(axis)
+                .local_anchor1(v3(a.anchor))
+                .local_anchor2(Vec3::ZERO)
+                .limits(a.limits)
+                .motor_velocity(0.0, 0.05)
+                .contacts_enabled(false)
+                .build()
+                .into(),
+        };
+        phys.insert_impulse_joint(body, pb, joint);
+        pb
+    });
+    SimObject {
+        name: name.to_string(),
+        kind: kind.clone(),
+        body,
+        colliders,
+        part,
+    }
+}
+
 impl World {
     /// Build the world of `task` in initial state `init`.
     pub fn build(task: &Task, init: &InitState, cfg: &SimConfig) -> Self {
@@ -163,80 +248,7 @@ impl World {
             .zip(&task.kinds)
             .zip(init.poses.iter().zip(&init.joints))
         {
-            let world_pose = yaw_pose(pose[0], pose[1], pose[2]);
-            let rb = if kind.fixed {
-                RigidBodyBuilder::fixed()
-            } else {
-                RigidBodyBuilder::dynamic()
-                    .linear_damping(0.5)
-                    .angular_damping(1.0)
-            };
-            let body = phys.insert_body(rb.pose(world_pose));
-            let grp = if kind.fixed {
-                groups(G_STATIC, G_OBJ | G_ARTIC)
-            } else {
-                groups(G_OBJ, G_STATIC | G_OBJ | G_ARTIC | G_PALM)
-            };
-            let colliders = kind
-                .parts
-                .iter()
-                .filter(|p| p.collide)
-                .map(|p| {
-                    phys.insert_collider(
-                        shape_collider(p)
-                            .density(kind.density)
-                            .collision_groups(grp),
-                        Some(body),
-                    )
-                })
-                .collect();
-            let part = kind.articulation.as_ref().map(|a| {
-                let pb = phys.insert_body(
-                    RigidBodyBuilder::dynamic()
-                        .pose(world_pose * part_local_pose(a, *joint))
-                        .linear_damping(4.0)
-                        .angular_damping(4.0)
-                        .can_sleep(true),
-                );
-                let n = a.parts.iter().filter(|p| p.collide).count().max(1) as f32;
-                for p in a.parts.iter().filter(|p| p.collide) {
-                    phys.insert_collider(
-                        shape_collider(p).mass(a.mass / n).collision_groups(groups(
-                            G_ARTIC,
-                            G_STATIC | G_OBJ | G_PALM | G_FINGER,
-                        )),
-                        Some(pb),
-                    );
-                }
-                let axis = v3(a.axis);
-                let joint: GenericJoint = match a.joint {
-                    JointKind::Prismatic => PrismaticJointBuilder::new(axis)
-                        .local_anchor1(v3(a.anchor))
-                        .local_anchor2(Vec3::ZERO)
-                        .limits(a.limits)
-                        .motor_velocity(0.0, 2.0)
-                        .contacts_enabled(false)
-                        .build()
-                        .into(),
-                    JointKind::Revolute => RevoluteJointBuilder::new(axis)
-                        .local_anchor1(v3(a.anchor))
-                        .local_anchor2(Vec3::ZERO)
-                        .limits(a.limits)
-                        .motor_velocity(0.0, 0.05)
-                        .contacts_enabled(false)
-                        .build()
-                        .into(),
-                };
-                phys.insert_impulse_joint(body, pb, joint);
-                pb
-            });
-            objects.push(SimObject {
-                name: def.name.clone(),
-                kind: kind.clone(),
-                body,
-                colliders,
-                part,
-            });
+            objects.push(insert_object(&mut phys, &def.name, kind, pose, *joint));
         }
         let home = Pose::from_translation(v3(HOME));
         let gbody = phys.insert_body(RigidBodyBuilder::kinematic_position_based().pose(home));

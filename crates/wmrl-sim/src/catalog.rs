@@ -266,91 +266,9 @@ pub fn kind(name: &str) -> Option<Kind> {
             ],
             0.035,
         ),
-        "plate" => Kind {
-            density: 1500.0,
-            graspable: false,
-            regions: vec![Region {
-                name: "top",
-                centre: [0.0, 0.0, 0.016],
-                half: [0.055, 0.055],
-                height: 0.1,
-                on_part: false,
-                slots: &[[0.0, 0.0]],
-                front_entry: false,
-                place_yaw: None,
-            }],
-            ..free(
-                "plate",
-                vec![Part {
-                    top: Some([238, 238, 244]),
-                    ..part([0.0, 0.0, 0.008], cyl(0.075, 0.008), PLATE)
-                }],
-                0.08,
-            )
-        },
-        "basket" => Kind {
-            density: 1500.0,
-            graspable: false,
-            regions: vec![Region {
-                name: "interior",
-                centre: [0.0, 0.0, 0.01],
-                half: [0.088, 0.063],
-                height: 0.07,
-                on_part: false,
-                slots: &[[-0.045, 0.0], [0.045, 0.0]],
-                front_entry: false,
-                place_yaw: None,
-            }],
-            ..free(
-                "basket",
-                vec![
-                    part([0.0, 0.0, 0.005], bx(0.1, 0.075, 0.005), [150, 105, 55]),
-                    part([0.0, 0.07, 0.04], bx(0.1, 0.005, 0.04), WICKER),
-                    part([0.0, -0.07, 0.04], bx(0.1, 0.005, 0.04), WICKER),
-                    part([0.095, 0.0, 0.04], bx(0.005, 0.075, 0.04), WICKER),
-                    part([-0.095, 0.0, 0.04], bx(0.005, 0.075, 0.04), WICKER),
-                ],
-                0.12,
-            )
-        },
-        "caddy" => Kind {
-            density: 1500.0,
-            graspable: false,
-            regions: vec![
-                Region {
-                    name: "back",
-                    centre: [0.0, 0.048, 0.01],
-                    half: [0.095, 0.04],
-                    height: 0.06,
-                    on_part: false,
-                    slots: &[[0.0, 0.048]],
-                    front_entry: false,
-                    place_yaw: Some(0.0),
-                },
-                Region {
-                    name: "front",
-                    centre: [0.0, -0.048, 0.01],
-                    half: [0.095, 0.04],
-                    height: 0.06,
-                    on_part: false,
-                    slots: &[[0.0, -0.048]],
-                    front_entry: false,
-                    place_yaw: Some(0.0),
-                },
-            ],
-            ..free(
-                "caddy",
-                vec![
-                    part([0.0, 0.0, 0.005], bx(0.11, 0.1, 0.005), [200, 95, 145]),
-                    part([0.0, 0.095, 0.03], bx(0.11, 0.005, 0.03), PINK),
-                    part([0.0, -0.095, 0.03], bx(0.11, 0.005, 0.03), PINK),
-                    part([0.105, 0.0, 0.03], bx(0.005, 0.1, 0.03), PINK),
-                    part([-0.105, 0.0, 0.03], bx(0.005, 0.1, 0.03), PINK),
-                    part([0.0, 0.0, 0.025], bx(0.1, 0.004, 0.025), PINK),
-                ],
-                0.14,
-            )
-        },
+        "plate" => plate(),
+        "basket" => basket(),
+        "caddy" => caddy(),
         "stove" => stove(),
         "cabinet" => cabinet(),
         "microwave" => microwave(),
@@ -405,6 +323,103 @@ fn fixed(name: &'static str, parts: Vec<Part>, footprint: f32) -> Kind {
 
 /// A flat stove with two burners and a red switch lever on its right side;
 /// pushing the lever to the right (+x) turns it on and the burners glow.
+fn plate() -> Kind {
+    use rgb::*;
+    Kind {
+        density: 1500.0,
+        graspable: false,
+        regions: vec![Region {
+            name: "top",
+            centre: [0.0, 0.0, 0.016],
+            half: [0.055, 0.055],
+            height: 0.1,
+            on_part: false,
+            slots: &[[0.0, 0.0]],
+            front_entry: false,
+            place_yaw: None,
+        }],
+        ..free(
+            "plate",
+            vec![Part {
+                top: Some([238, 238, 244]),
+                ..part([0.0, 0.0, 0.008], cyl(0.075, 0.008), PLATE)
+            }],
+            0.08,
+        )
+    }
+}
+
+fn basket() -> Kind {
+    use rgb::*;
+    Kind {
+        density: 1500.0,
+        graspable: false,
+        regions: vec![Region {
+            name: "interior",
+            centre: [0.0, 0.0, 0.01],
+            half: [0.088, 0.063],
+            height: 0.07,
+            on_part: false,
+            slots: &[[-0.045, 0.0], [0.045, 0.0]],
+            front_entry: false,
+            place_yaw: None,
+        }],
+        ..free(
+            "basket",
+            vec![
+                part([0.0, 0.0, 0.005], bx(0.1, 0.075, 0.005), [150, 105, 55]),
+                part([0.0, 0.07, 0.04], bx(0.1, 0.005, 0.04), WICKER),
+                part([0.0, -0.07, 0.04], bx(0.1, 0.005, 0.04), WICKER),
+                part([0.095, 0.0, 0.04], bx(0.005, 0.075, 0.04), WICKER),
+                part([-0.095, 0.0, 0.04], bx(0.005, 0.075, 0.04), WICKER),
+            ],
+            0.12,
+        )
+    }
+}
+
+fn caddy() -> Kind {
+    use rgb::*;
+    Kind {
+        density: 1500.0,
+        graspable: false,
+        regions: vec![
+            Region {
+                name: "back",
+                centre: [0.0, 0.048, 0.01],
+                half: [0.095, 0.04],
+                height: 0.06,
+                on_part: false,
+                slots: &[[0.0, 0.048]],
+                front_entry: false,
+                place_yaw: Some(0.0),
+            },
+            Region {
+                name: "front",
+                centre: [0.0, -0.048, 0.01],
+                half: [0.095, 0.04],
+                height: 0.06,
+                on_part: false,
+                slots: &[[0.0, -0.048]],
+                front_entry: false,
+                place_yaw: Some(0.0),
+            },
+        ],
+        ..free(
+            "caddy",
+            vec![
+                part([0.0, 0.0, 0.005], bx(0.11, 0.1, 0.005), [200, 95, 145]),
+                part([0.0, 0.095, 0.03], bx(0.11, 0.005, 0.03), PINK),
+                part([0.0, -0.095, 0.03], bx(0.11, 0.005, 0.03), PINK),
+                part([0.105, 0.0, 0.03], bx(0.005, 0.1, 0.03), PINK),
+                part([-0.105, 0.0, 0.03], bx(0.005, 0.1, 0.03), PINK),
+                part([0.0, 0.0, 0.025], bx(0.1, 0.004, 0.025), PINK),
+            ],
+            0.14,
+        )
+    }
+}
+
 fn stove() -> Kind {
     let burner = |x: f32| Part {
         glow: Some([250, 95, 20]),

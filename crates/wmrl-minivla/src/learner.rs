@@ -154,21 +154,10 @@ impl Learner for MiniVlaLearner {
                         Some(settings.step),
                     )
                     .map_err(policy_error)?;
-                stats.minibatches += 1;
-                stats.loss += s.loss;
-                stats.kl_ref += s.kl_ref;
-                stats.clip_frac += s.clip_frac;
-                stats.entropy += s.entropy;
-                stats.grad_norm += st.grad_norm;
+                stats.add(&s, st.grad_norm);
             }
         }
-        let k = stats.minibatches.max(1) as f64;
-        stats.loss /= k;
-        stats.kl_ref /= k;
-        stats.clip_frac /= k;
-        stats.entropy /= k;
-        stats.grad_norm /= k;
-        Ok(stats)
+        Ok(stats.mean())
     }
 
     fn save(&self, dir: &Path) -> wmrl_policy::Result<()> {

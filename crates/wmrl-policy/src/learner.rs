@@ -82,7 +82,8 @@ pub struct UpdateStats {
 }
 
 impl UpdateStats {
-    fn add(&mut self, s: &crate::GrpoStats, grad_norm: f64) {
+    /// Count one optimiser step's objective statistics and gradient norm.
+    pub fn add(&mut self, s: &crate::GrpoStats, grad_norm: f64) {
         self.loss += s.loss;
         self.kl_ref += s.kl_ref;
         self.clip_frac += s.clip_frac;
@@ -92,7 +93,7 @@ impl UpdateStats {
     }
 
     /// Sums to means over the optimiser steps.
-    fn mean(mut self) -> Self {
+    pub fn mean(mut self) -> Self {
         let n = self.minibatches.max(1) as f64;
         for v in [
             &mut self.loss,

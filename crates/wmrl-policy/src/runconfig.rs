@@ -61,17 +61,8 @@ impl RunConfig {
     /// (`sft.steps=200`, `policy.image_size=64`), then one parse in which an
     /// unknown key is an error naming it.
     pub fn load_with(path: Option<&Path>, preset: Option<&str>, sets: &[String]) -> Result<Self> {
-        let config = |e: wmrl_run::ConfigError| PolicyError::Config(e.to_string());
-        let mut doc = match path {
-            Some(p) => wmrl_run::read_doc(p).map_err(config)?,
-            None => toml::Table::new(),
-        };
-        for s in sets {
-            wmrl_run::apply_set(&mut doc, s).map_err(config)?;
-        }
-        let origin = path.map_or_else(|| "--set".to_string(), |p| p.display().to_string());
-        let text = toml::to_string(&doc).map_err(|e| PolicyError::Config(e.to_string()))?;
-        let file: RunFile = wmrl_run::parse(&text, &origin).map_err(config)?;
+        let file: RunFile =
+            wmrl_run::load_optional(path, sets).map_err(|e| PolicyError::Config(e.to_string()))?;
         let name = preset
             .map(str::to_string)
             .or(file.preset)

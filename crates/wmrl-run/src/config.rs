@@ -117,20 +117,12 @@ pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigE
 /// the result into `T` once. Returns the value and the origin errors should
 /// name (`path`, with its overrides when there are any).
 pub fn load<T: DeserializeOwned>(path: &Path, sets: &[String]) -> Result<(T, String), ConfigError> {
-    let mut doc = read_doc(path)?;
-    for s in sets {
-        apply_set(&mut doc, s)?;
-    }
     let origin = if sets.is_empty() {
         path.display().to_string()
     } else {
         format!("{} with --set {}", path.display(), sets.join(" "))
     };
-    let text = toml::to_string(&doc).map_err(|e| ConfigError {
-        path: origin.clone(),
-        message: e.to_string(),
-    })?;
-    Ok((parse(&text, &origin)?, origin))
+    Ok((parse_doc(read_doc(path)?, sets, &origin)?, origin))
 }
 
 /// A command's settings from an optional file, then `sets`: a `.json` file
@@ -156,18 +148,28 @@ pub fn load_optional<T: DeserializeOwned>(
             serde_json::from_str(&text).map_err(|e| err(e.to_string()))
         }
         Some(p) => Ok(load(p, sets)?.0),
-        None => {
-            let mut doc = toml::Table::new();
-            for s in sets {
-                apply_set(&mut doc, s)?;
-            }
-            let text = toml::to_string(&doc).map_err(|e| ConfigError {
-                path: "--set".into(),
-                message: e.to_string(),
-            })?;
-            parse(&text, &format!("--set {}", sets.join(" ")))
-        }
+        None => parse_doc(
+            toml::Table::new(),
+            sets,
+            &format!("--set {}", sets.join(" ")),
+        ),
     }
+}
+
+/// Apply `sets` to `doc` and parse it into `T`; `origin` names it in errors.
+fn parse_doc<T: DeserializeOwned>(
+    mut doc: toml::Table,
+    sets: &[String],
+    origin: &str,
+) -> Result<T, ConfigError> {
+    for s in sets {
+        apply_set(&mut doc, s)?;
+    }
+    let text = toml::to_string(&doc).map_err(|e| ConfigError {
+        path: origin.to_string(),
+        message: e.to_string(),
+    })?;
+    parse(&text, origin)
 }
 
 /// The first dotted key whose value differs between two serialisable

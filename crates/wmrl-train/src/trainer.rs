@@ -293,15 +293,7 @@ impl Trainer {
             cfg.device = d;
         }
         let ck = files.checkpoint();
-        let state_path = ck.join("state.json");
-        let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
-            path: dir.display().to_string(),
-            message: format!("no checkpoint to resume ({}: {e})", state_path.display()),
-        })?;
-        let state: TrainState = serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
-            path: state_path.display().to_string(),
-            message: format!("corrupt checkpoint state: {e}"),
-        })?;
+        let state = read_state(&files, "resume")?;
         // config.toml is the one source of truth: a checkpoint whose method
         // state was made under other settings (an edited file) is refused
         // rather than continued with a mix of both.
@@ -1008,6 +1000,20 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
     Ok((report.overall, per_task))
 }
 
+/// The state of the run's last checkpoint; `what` (resume, export) names
+/// the use in the error when there is none.
+fn read_state(files: &RunDir, what: &str) -> Result<TrainState> {
+    let state_path = files.checkpoint().join("state.json");
+    let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
+        path: files.dir.display().to_string(),
+        message: format!("no checkpoint to {what} ({}: {e})", state_path.display()),
+    })?;
+    serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
+        path: state_path.display().to_string(),
+        message: format!("corrupt checkpoint state: {e}"),
+    })
+}
+
 /// Write the policy of the run in `dir` at its last checkpoint to `out` as
 /// a checkpoint directory of its kind (`tiny`: the policy; MiniVLA: the
 /// start checkpoint with the adapters merged, in the converted layout that
@@ -1023,15 +1029,7 @@ pub fn export_policy(
     };
     let cfg = TrainConfig::load(&files.config_toml())?;
     let ck = files.checkpoint();
-    let state_path = ck.join("state.json");
-    let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
-        path: dir.display().to_string(),
-        message: format!("no checkpoint to export ({}: {e})", state_path.display()),
-    })?;
-    let state: TrainState = serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
-        path: state_path.display().to_string(),
-        message: format!("corrupt checkpoint state: {e}"),
-    })?;
+    let state = read_state(&files, "export")?;
     if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
         return Err(TrainError::RunDir {
             path: out.display().to_string(),

@@ -1009,13 +1009,95 @@ pub fn train_with_refit(
     refit: Option<&PredictorRefit<'_>>,
 ) -> Result<TrainReport> {
     let cfg = &cfg.resolved()?;
+    let refits = cfg.refits(arm);
+    let train_comps = check_inputs(cfg, arm, seed, suite, predictor, refit, refits)?;
+    let resume = read_resume(run_dir, cfg, arm, seed)?;
+    let files = open_files(run_dir, cfg, resume.as_ref(), refits)?;
+    let mut track = ArTrack {
+        cfg,
+        arm,
+        seed,
+        suite,
+        executor,
+        predictor,
+        refit,
+        installed: None,
+        candidate: None,
+        kept: Vec::new(),
+        refits: Vec::new(),
+        policy: Policy::new(cfg.policy.clone(), seed)?,
+        rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
+        train_comps,
+        evals: Vec::new(),
+        step_logs: Vec::new(),
+        files,
+    };
+    let core = CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?;
+    let resumed = resume.is_some();
+    let mut run = match resume {
+        Some(mut ck) => {
+            restore_track(&mut track, &mut ck)?;
+            tracing::info!(
+                arm = arm.name(),
+                seed,
+                step = ck.step,
+                "resumed from the checkpoint"
+            );
+            Run::resumed(track, ck.core, ck.ledger, ck.step)
+        }
+        None => Run::new(track, core),
+    };
+    let schedule = Schedule {
+        steps: cfg.steps,
+        eval_every: cfg.eval_every,
+        eval_at_start: !resumed,
+        eval_at_end: true,
+        checkpoint_every: usize::from(run_dir.is_some()),
+    };
+    run.run(&schedule, |run, s| {
+        let log = step_log(&s);
+        if let Some(f) = run.track.files.as_mut() {
+            append_jsonl(&mut f.metrics, &f.dir.metrics(), &log)?;
+        }
+        tracing::info!(arm = arm.name(), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
+        run.track.step_logs.push(log);
+        Ok(())
+    })?;
+    let report = TrainReport {
+        arm,
+        seed,
+        evals: std::mem::take(&mut run.track.evals),
+        steps: std::mem::take(&mut run.track.step_logs),
+        ledger: run.ledger,
+        refits: std::mem::take(&mut run.track.refits),
+    };
+    if let Some(d) = run_dir {
+        write_json(&d.diagnostics(), run.core.diagnostics())?;
+        write_json(&d.summary(), &report)?;
+    }
+    Ok(report)
+}
+
+/// The run's inputs agree: a predictor for the arms that read one, refit
+/// data (and the very predictor scored) when the arm refits, training
+/// competitions and group sizes GRPO can use. Returns the training
+/// competitions.
+#[allow(clippy::too_many_arguments)]
+fn check_inputs(
+    cfg: &TrainConfig,
+    arm: ArArm,
+    seed: u64,
+    suite: &Suite,
+    predictor: Option<&OnnxPredictor>,
+    refit: Option<&PredictorRefit<'_>>,
+    refits: bool,
+) -> Result<Vec<usize>> {
     if arm != ArArm::Real && predictor.is_none() {
         return Err(Error::Config(format!(
             "arm {} needs an outcome predictor",
             arm.name()
         )));
     }
-    let refits = cfg.refits(arm);
     match (refits, refit, predictor) {
         (true, None, _) => {
             return Err(Error::Config(
@@ -1042,10 +1124,21 @@ pub fn train_with_refit(
             "need training competitions, group_size >= 2, groups_per_step >= 1".into(),
         ));
     }
+    Ok(train_comps)
+}
+
+/// The checkpoint of an interrupted run in `run_dir` (a checkpoint and no
+/// summary), refused when it was made under other settings.
+fn read_resume(
+    run_dir: Option<&RunDir>,
+    cfg: &TrainConfig,
+    arm: ArArm,
+    seed: u64,
+) -> Result<Option<Checkpoint>> {
     // A run directory with a checkpoint and no summary is an interrupted
     // run: it continues from the checkpoint (the same settings, bar
     // `steps`, or it is refused naming the first difference).
-    let resume: Option<Checkpoint> = match run_dir {
+    Ok(match run_dir {
         Some(d) if d.checkpoint().join("state.json").exists() && !d.summary().exists() => {
             let path = d.checkpoint().join("state.json");
             let ck: Checkpoint = crate::rundir::read_json(&path)?;
@@ -1069,8 +1162,18 @@ pub fn train_with_refit(
             Some(ck)
         }
         _ => None,
-    };
-    let files = match run_dir {
+    })
+}
+
+/// The run directory's record files: its settings written, each record
+/// file created, or cut back to the checkpoint's length on resume.
+fn open_files<'a>(
+    run_dir: Option<&'a RunDir>,
+    cfg: &TrainConfig,
+    resume: Option<&Checkpoint>,
+    refits: bool,
+) -> Result<Option<RunFiles<'a>>> {
+    Ok(match run_dir {
         Some(d) => {
             std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
             write_json(&d.config_json(), cfg)?;
@@ -1087,120 +1190,68 @@ pub fn train_with_refit(
             };
             Some(RunFiles {
                 dir: d,
-                metrics: open(d.metrics(), resume.as_ref().map(|c| c.metrics_len))?,
-                eval: open(d.eval(), resume.as_ref().map(|c| c.eval_len))?,
+                metrics: open(d.metrics(), resume.map(|c| c.metrics_len))?,
+                eval: open(d.eval(), resume.map(|c| c.eval_len))?,
                 refits: refits
-                    .then(|| {
-                        open(
-                            d.dir.join(REFITS_FILE),
-                            resume.as_ref().map(|c| c.refits_len),
-                        )
-                    })
+                    .then(|| open(d.dir.join(REFITS_FILE), resume.map(|c| c.refits_len)))
                     .transpose()?,
             })
         }
         None => None,
-    };
-    let mut track = ArTrack {
-        cfg,
-        arm,
-        seed,
-        suite,
-        executor,
-        predictor,
-        refit,
-        installed: None,
-        candidate: None,
-        kept: Vec::new(),
-        refits: Vec::new(),
-        policy: Policy::new(cfg.policy.clone(), seed)?,
-        rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
-        train_comps,
-        evals: Vec::new(),
-        step_logs: Vec::new(),
-        files,
-    };
-    let core = CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?;
-    let resumed = resume.is_some();
-    let mut run = match resume {
-        Some(ck) => {
-            track.policy.restore(&ck.policy)?;
-            track.rng = ck.rng;
-            track.evals = ck.evals;
-            track.step_logs = ck.steps;
-            track.kept = ck.kept;
-            track.refits = ck.refits;
-            if let Some(w) = &ck.installed {
-                let Some(r) = track.refit else {
-                    return Err(Error::Config(
-                        "the checkpoint holds a refitted predictor, but the run was given no refit settings".into(),
-                    ));
-                };
-                // The same weights exported again score exactly as before.
-                let predictor = Predictor::from_weights(w)?;
-                track.installed = Some(Installed {
-                    onnx: OnnxPredictor::export_and_load(&predictor, &r.onnx_path)?,
-                    predictor,
-                });
-            }
-            tracing::info!(
-                arm = arm.name(),
-                seed,
-                step = ck.step,
-                "resumed from the checkpoint"
-            );
-            Run::resumed(track, ck.core, ck.ledger, ck.step)
-        }
-        None => Run::new(track, core),
-    };
-    let schedule = Schedule {
-        steps: cfg.steps,
-        eval_every: cfg.eval_every,
-        eval_at_start: !resumed,
-        eval_at_end: true,
-        checkpoint_every: usize::from(run_dir.is_some()),
-    };
-    run.run(&schedule, |run, s| {
-        let seen: Vec<f64> = s
-            .outcome
-            .rewards
-            .iter()
-            .flatten()
-            .flatten()
-            .copied()
-            .collect();
-        let log = StepLog {
-            step: s.index + 1,
-            mean_reward_seen: (!seen.is_empty())
-                .then(|| seen.iter().sum::<f64>() / seen.len() as f64),
-            anchors: s.outcome.anchors.len(),
-            // Every solution of every anchor group went to the sandbox.
-            executions: s.outcome.anchors.iter().map(|&g| s.batch[g].1.len() as u64).sum(),
-            weight: s.outcome.stats.weight,
-            disagreement: s.outcome.stats.disagreement,
-            kl: s.update.kl,
-            entropy: s.update.entropy,
+    })
+}
+
+/// Put a checkpoint's policy, sampler, records and refitted predictor back
+/// into a freshly built track.
+fn restore_track(track: &mut ArTrack<'_>, ck: &mut Checkpoint) -> Result<()> {
+    track.policy.restore(&ck.policy)?;
+    track.rng = ck.rng.clone();
+    track.evals = std::mem::take(&mut ck.evals);
+    track.step_logs = std::mem::take(&mut ck.steps);
+    track.kept = std::mem::take(&mut ck.kept);
+    track.refits = std::mem::take(&mut ck.refits);
+    if let Some(w) = &ck.installed {
+        let Some(r) = track.refit else {
+            return Err(Error::Config(
+                "the checkpoint holds a refitted predictor, but the run was given no refit settings".into(),
+            ));
         };
-        if let Some(f) = run.track.files.as_mut() {
-            append_jsonl(&mut f.metrics, &f.dir.metrics(), &log)?;
-        }
-        tracing::info!(arm = arm.name(), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
-        run.track.step_logs.push(log);
-        Ok(())
-    })?;
-    let report = TrainReport {
-        arm,
-        seed,
-        evals: std::mem::take(&mut run.track.evals),
-        steps: std::mem::take(&mut run.track.step_logs),
-        ledger: run.ledger,
-        refits: std::mem::take(&mut run.track.refits),
-    };
-    if let Some(d) = run_dir {
-        write_json(&d.diagnostics(), run.core.diagnostics())?;
-        write_json(&d.summary(), &report)?;
+        // The same weights exported again score exactly as before.
+        let predictor = Predictor::from_weights(w)?;
+        track.installed = Some(Installed {
+            onnx: OnnxPredictor::export_and_load(&predictor, &r.onnx_path)?,
+            predictor,
+        });
     }
-    Ok(report)
+    Ok(())
+}
+
+/// A step's line of metrics.jsonl.
+fn step_log(s: &wmrl_core::Step<ArTrack<'_>>) -> StepLog {
+    let seen: Vec<f64> = s
+        .outcome
+        .rewards
+        .iter()
+        .flatten()
+        .flatten()
+        .copied()
+        .collect();
+    StepLog {
+        step: s.index + 1,
+        mean_reward_seen: (!seen.is_empty()).then(|| seen.iter().sum::<f64>() / seen.len() as f64),
+        anchors: s.outcome.anchors.len(),
+        // Every solution of every anchor group went to the sandbox.
+        executions: s
+            .outcome
+            .anchors
+            .iter()
+            .map(|&g| s.batch[g].1.len() as u64)
+            .sum(),
+        weight: s.outcome.stats.weight,
+        disagreement: s.outcome.stats.disagreement,
+        kl: s.update.kl,
+        entropy: s.update.entropy,
+    }
 }
 
 #[cfg(test)]

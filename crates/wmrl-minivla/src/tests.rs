@@ -672,41 +672,66 @@ fn a_grpo_step_moves_the_adapters_towards_the_favoured_tokens_and_exports_merged
         ) > 1e-4
     );
 
+    merged_export_gives_the_adapted_logits(
+        &m,
+        dir.path(),
+        &imgs,
+        &ids,
+        &adapted,
+        &checkpoint_logits,
+    );
+    adapters_round_trip_through_a_file(&m, dir.path(), &prefix, &good);
+}
+
+/// Merged into the converted layout, the export of `m` (adapted from the
+/// checkpoint in `dir`) loads without LoRA and gives `adapted`; the source
+/// is untouched and cannot be the destination.
+fn merged_export_gives_the_adapted_logits(
+    m: &MiniVla,
+    dir: &std::path::Path,
+    imgs: &[image::RgbImage],
+    ids: &[u32],
+    adapted: &[f32],
+    checkpoint_logits: &[f32],
+) {
     // Merged into the converted layout, the export loads without LoRA and
     // gives the adapted model's logits; the source is untouched.
-    let out = dir.path().join("merged");
-    m.export_merged(dir.path(), &out).expect("export");
+    let out = dir.join("merged");
+    m.export_merged(dir, &out).expect("export");
     let merged = MiniVla::load(&out).expect("load merged");
-    let ml = merged.next_token_logits(&imgs, &ids).expect("logits");
+    let ml = merged.next_token_logits(imgs, ids).expect("logits");
     let d = ml
         .iter()
-        .zip(&adapted)
+        .zip(adapted)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(d < 1e-4, "merged logits differ by {d}");
-    let src = MiniVla::load(dir.path()).expect("source");
+    let src = MiniVla::load(dir).expect("source");
     assert_eq!(
-        src.next_token_logits(&imgs, &ids).expect("l"),
+        src.next_token_logits(imgs, ids).expect("l"),
         checkpoint_logits
     );
-    assert!(
-        m.export_merged(dir.path(), dir.path()).is_err(),
-        "onto its source"
-    );
+    assert!(m.export_merged(dir, dir).is_err(), "onto its source");
+}
 
-    // Adapters saved and read back into a fresh model give the same
-    // log-probabilities; a file of other adapters is refused by name.
-    let file = dir.path().join("adapters.safetensors");
+/// Adapters saved and read back into a fresh model give the same
+/// log-probabilities; a file of other adapters is refused by name.
+fn adapters_round_trip_through_a_file(
+    m: &MiniVla,
+    dir: &std::path::Path,
+    prefix: &crate::rl::Prefix,
+    good: &crate::rl::ActionSample,
+) {
+    use crate::rl::LoraConfig;
+    let file = dir.join("adapters.safetensors");
     m.save_adapters(&file).expect("save");
-    let mut fresh = MiniVla::load(dir.path()).expect("fresh");
+    let mut fresh = MiniVla::load(dir).expect("fresh");
     fresh.attach_lora(&LoraConfig::default()).expect("lora");
     fresh.load_adapters(&file).expect("read back");
-    let (a, _) = m.action_logprobs(&prefix, &good.tokens, 1.0).expect("a");
-    let (b, _) = fresh
-        .action_logprobs(&prefix, &good.tokens, 1.0)
-        .expect("b");
+    let (a, _) = m.action_logprobs(prefix, &good.tokens, 1.0).expect("a");
+    let (b, _) = fresh.action_logprobs(prefix, &good.tokens, 1.0).expect("b");
     assert!(max_diff(&a, &b) < 1e-6);
-    let mut narrow = MiniVla::load(dir.path()).expect("narrow");
+    let mut narrow = MiniVla::load(dir).expect("narrow");
     narrow
         .attach_lora(&LoraConfig {
             rank: 4,

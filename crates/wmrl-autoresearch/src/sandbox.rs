@@ -707,32 +707,8 @@ impl Sandbox {
                 self.backend
             )));
         }
-        let root = self
-            .cfg
-            .work_root
-            .clone()
-            .unwrap_or_else(std::env::temp_dir);
-        std::fs::create_dir_all(&root).map_err(io_err(&root))?;
-        let workdir = tempfile::Builder::new()
-            .prefix("wmrl-sbx-")
-            .tempdir_in(&root)
-            .map_err(io_err(&root))?;
+        let (workdir, logs, dir) = self.prepare_workdir(code, public_dir)?;
         let wd = workdir.path().to_path_buf();
-        let logs = tempfile::Builder::new()
-            .prefix("wmrl-sbx-log-")
-            .tempdir_in(&root)
-            .map_err(io_err(&root))?;
-        let dir = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&wd)
-                .map_err(io_err(&wd))?
-        };
-        copy_dir(public_dir, &wd.join("public"))?;
-        std::fs::write(wd.join("solution.py"), code).map_err(io_err(&wd))?;
-        std::fs::write(wd.join("_wmrl_runner.py"), RUNNER).map_err(io_err(&wd))?;
         let lease = if self.drop_uid {
             Some(UidLease::take(self.cfg.uid_base)?)
         } else {
@@ -747,73 +723,14 @@ impl Sandbox {
         let stdout = File::create(&out_path).map_err(io_err(&out_path))?;
         let stderr = File::create(&err_path).map_err(io_err(&err_path))?;
 
-        let python = self.cfg.python.display().to_string();
-        let py_args = ["-B".to_string(), "-u".into(), "_wmrl_runner.py".into()];
-        let mut cmd = match self.backend {
-            Isolation::Bwrap => {
-                let mut c = Command::new("bwrap");
-                c.args(bwrap_args(&wd, &self.cfg.python, views))
-                    .arg(&python)
-                    .args(&py_args);
-                c
-            }
-            Isolation::UnshareNet => {
-                let mut c = Command::new("unshare");
-                c.args(["-r", "-n", "--"]).arg(&python).args(&py_args);
-                c
-            }
-            Isolation::RlimitsOnly | Isolation::Auto => {
-                let mut c = Command::new(&python);
-                c.args(&py_args);
-                c
-            }
-        };
-        cmd.current_dir(&wd)
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &wd)
-            .env("TMPDIR", &wd)
-            .env("OMP_NUM_THREADS", "1")
-            .env("OPENBLAS_NUM_THREADS", "1")
-            .env("MKL_NUM_THREADS", "1")
-            .env("PYTHONHASHSEED", "0")
-            .env("MPLBACKEND", "Agg")
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(stdout))
-            .stderr(Stdio::from(stderr));
-        let mb = |m: u64| (m * 1024 * 1024) as libc::rlim_t;
+        let mut cmd = self.command(&wd, views, stdout, stderr);
         let mut notes = Vec::new();
         let cgroup = if uid.is_some() {
             CpuCgroup::create()
         } else {
             None
         };
-        let setup = ChildSetup {
-            limits: [
-                (
-                    libc::RLIMIT_CPU,
-                    self.cfg.cpu_secs as _,
-                    (self.cfg.cpu_secs + 1) as _,
-                ),
-                (
-                    libc::RLIMIT_AS,
-                    mb(self.cfg.memory_mb),
-                    mb(self.cfg.memory_mb),
-                ),
-                (
-                    libc::RLIMIT_FSIZE,
-                    mb(self.cfg.max_file_mb),
-                    mb(self.cfg.max_file_mb),
-                ),
-                (libc::RLIMIT_CORE, 0, 0),
-                (libc::RLIMIT_NOFILE, 256, 256),
-            ],
-            nproc: uid.map(|_| self.cfg.max_procs as _),
-            uid,
-            cgroup_fd: cgroup
-                .as_ref()
-                .map(|c| std::os::fd::AsRawFd::as_raw_fd(&c.procs)),
-        };
+        let setup = self.child_setup(uid, cgroup.as_ref());
         if uid.is_none() {
             notes.push("not root: no per-run uid, RLIMIT_NPROC not set".to_string());
         }
@@ -821,29 +738,7 @@ impl Sandbox {
             notes.push("no namespaces on this machine: network not isolated".to_string());
         }
         apply_child_setup(&mut cmd, setup);
-        let start = Instant::now();
-        let child = cmd
-            .spawn()
-            .map_err(|e| Error::Sandbox(format!("spawn {:?}: {e}", cmd.get_program())))?;
-        let pid = child.id() as libc::pid_t;
-        let deadline = start + Duration::from_secs_f64(self.cfg.wall_secs);
-        let (mut exit, rusage_cpu) = wait_with_deadline(pid, deadline);
-        // bwrap reports a signalled child as exit code 128 + signal.
-        if let (Isolation::Bwrap, Exit::Code(c)) = (self.backend, &exit)
-            && *c > 128
-            && *c < 128 + 65
-        {
-            exit = Exit::Signal(c - 128);
-        }
-        let wall_secs = start.elapsed().as_secs_f64();
-        // Anything left behind (a detached grandchild, a fork bomb) dies here.
-        // SAFETY: the group id was our child's pid; signalling a dead group is harmless.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
-        if let Some(uid) = uid {
-            kill_uid(uid);
-        }
+        let (exit, rusage_cpu, wall_secs) = self.spawn_and_wait(&mut cmd, uid)?;
         drop(lease);
         let cpu_secs = match cgroup.as_ref().and_then(CpuCgroup::usage_secs) {
             Some(c) => c,
@@ -877,6 +772,147 @@ impl Sandbox {
             dir,
             max_file_bytes: self.cfg.max_file_mb * 1024 * 1024,
         })
+    }
+
+    /// Create the run's working directory and its log directory under the
+    /// work root, open the working directory (`O_NOFOLLOW`) before anything
+    /// runs in it, then fill it: a copy of `public_dir` at `./public/`,
+    /// `solution.py` and the runner. Returns (working dir, log dir, open
+    /// working dir).
+    fn prepare_workdir(
+        &self,
+        code: &str,
+        public_dir: &Path,
+    ) -> Result<(tempfile::TempDir, tempfile::TempDir, File)> {
+        let root = self
+            .cfg
+            .work_root
+            .clone()
+            .unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&root).map_err(io_err(&root))?;
+        let workdir = tempfile::Builder::new()
+            .prefix("wmrl-sbx-")
+            .tempdir_in(&root)
+            .map_err(io_err(&root))?;
+        let wd = workdir.path().to_path_buf();
+        let logs = tempfile::Builder::new()
+            .prefix("wmrl-sbx-log-")
+            .tempdir_in(&root)
+            .map_err(io_err(&root))?;
+        let dir = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&wd)
+                .map_err(io_err(&wd))?
+        };
+        copy_dir(public_dir, &wd.join("public"))?;
+        std::fs::write(wd.join("solution.py"), code).map_err(io_err(&wd))?;
+        std::fs::write(wd.join("_wmrl_runner.py"), RUNNER).map_err(io_err(&wd))?;
+        Ok((workdir, logs, dir))
+    }
+
+    /// The command that runs the runner under this sandbox's backend in
+    /// `wd`, with a cleared environment, no stdin, and its output into the
+    /// given log files.
+    fn command(&self, wd: &Path, views: &PathViews, stdout: File, stderr: File) -> Command {
+        let python = self.cfg.python.display().to_string();
+        let py_args = ["-B".to_string(), "-u".into(), "_wmrl_runner.py".into()];
+        let mut cmd = match self.backend {
+            Isolation::Bwrap => {
+                let mut c = Command::new("bwrap");
+                c.args(bwrap_args(wd, &self.cfg.python, views))
+                    .arg(&python)
+                    .args(&py_args);
+                c
+            }
+            Isolation::UnshareNet => {
+                let mut c = Command::new("unshare");
+                c.args(["-r", "-n", "--"]).arg(&python).args(&py_args);
+                c
+            }
+            Isolation::RlimitsOnly | Isolation::Auto => {
+                let mut c = Command::new(&python);
+                c.args(&py_args);
+                c
+            }
+        };
+        cmd.current_dir(wd)
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", wd)
+            .env("TMPDIR", wd)
+            .env("OMP_NUM_THREADS", "1")
+            .env("OPENBLAS_NUM_THREADS", "1")
+            .env("MKL_NUM_THREADS", "1")
+            .env("PYTHONHASHSEED", "0")
+            .env("MPLBACKEND", "Agg")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdout))
+            .stderr(Stdio::from(stderr));
+        cmd
+    }
+
+    /// The configured rlimits, and (with a per-run `uid`) the process limit,
+    /// the uid drop and the cgroup to join, for [`apply_child_setup`].
+    fn child_setup(&self, uid: Option<u32>, cgroup: Option<&CpuCgroup>) -> ChildSetup {
+        let mb = |m: u64| (m * 1024 * 1024) as libc::rlim_t;
+        ChildSetup {
+            limits: [
+                (
+                    libc::RLIMIT_CPU,
+                    self.cfg.cpu_secs as _,
+                    (self.cfg.cpu_secs + 1) as _,
+                ),
+                (
+                    libc::RLIMIT_AS,
+                    mb(self.cfg.memory_mb),
+                    mb(self.cfg.memory_mb),
+                ),
+                (
+                    libc::RLIMIT_FSIZE,
+                    mb(self.cfg.max_file_mb),
+                    mb(self.cfg.max_file_mb),
+                ),
+                (libc::RLIMIT_CORE, 0, 0),
+                (libc::RLIMIT_NOFILE, 256, 256),
+            ],
+            nproc: uid.map(|_| self.cfg.max_procs as _),
+            uid,
+            cgroup_fd: cgroup.map(|c| std::os::fd::AsRawFd::as_raw_fd(&c.procs)),
+        }
+    }
+
+    /// Spawn `cmd`, wait for it up to the wall-clock limit, then kill
+    /// whatever the run left behind (its process group and, with a per-run
+    /// `uid`, every process of that uid). Returns (exit, rusage CPU seconds,
+    /// wall seconds).
+    fn spawn_and_wait(&self, cmd: &mut Command, uid: Option<u32>) -> Result<(Exit, f64, f64)> {
+        let start = Instant::now();
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::Sandbox(format!("spawn {:?}: {e}", cmd.get_program())))?;
+        let pid = child.id() as libc::pid_t;
+        let deadline = start + Duration::from_secs_f64(self.cfg.wall_secs);
+        let (mut exit, rusage_cpu) = wait_with_deadline(pid, deadline);
+        // bwrap reports a signalled child as exit code 128 + signal.
+        if let (Isolation::Bwrap, Exit::Code(c)) = (self.backend, &exit)
+            && *c > 128
+            && *c < 128 + 65
+        {
+            exit = Exit::Signal(c - 128);
+        }
+        let wall_secs = start.elapsed().as_secs_f64();
+        // Anything left behind (a detached grandchild, a fork bomb) dies here.
+        // SAFETY: the group id was our child's pid; signalling a dead group is harmless.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+        if let Some(uid) = uid {
+            kill_uid(uid);
+        }
+        Ok((exit, rusage_cpu, wall_secs))
     }
 }
 

@@ -79,152 +79,184 @@ impl Solution {
             "from sklearn.pipeline import make_pipeline".to_string(),
         ];
         let mut steps: Vec<String> = Vec::new();
-        match opt(0, scaler) {
-            "standard" => {
-                imports.push("from sklearn.preprocessing import StandardScaler".into());
-                steps.push("StandardScaler()".into());
-            }
-            "robust" => {
-                imports.push("from sklearn.preprocessing import RobustScaler".into());
-                steps.push("RobustScaler()".into());
-            }
-            "minmax" => {
-                imports.push("from sklearn.preprocessing import MinMaxScaler".into());
-                steps.push("MinMaxScaler()".into());
-            }
-            _ => {}
-        }
-        match opt(1, features) {
-            "poly2" => {
-                imports.push("from sklearn.preprocessing import PolynomialFeatures".into());
-                steps.push("PolynomialFeatures(degree=2, include_bias=False)".into());
-            }
-            "pca" => {
-                imports.push("from sklearn.decomposition import PCA".into());
-                steps.push("PCA(n_components=0.95, random_state=0)".into());
-            }
-            "select_half" => {
-                let f = if clf { "f_classif" } else { "f_regression" };
-                imports.push(format!(
-                    "from sklearn.feature_selection import SelectKBest, {f}"
-                ));
-                steps.push(format!("SelectKBest({f}, k=max(1, X.shape[1] // 2))"));
-            }
-            _ => {}
-        }
-        let cap = capacity;
-        let pick = |xs: [&str; 3]| xs[cap].to_string();
-        let (import, est) = match (opt(2, model), clf) {
-            ("dummy", true) => (
-                "from sklearn.dummy import DummyClassifier",
-                "DummyClassifier(strategy='most_frequent')".to_string(),
-            ),
-            ("dummy", false) => (
-                "from sklearn.dummy import DummyRegressor",
-                "DummyRegressor()".to_string(),
-            ),
-            ("linear", true) => (
-                "from sklearn.linear_model import LogisticRegression",
-                format!(
-                    "LogisticRegression(C={}, max_iter=300)",
-                    pick(["0.01", "1.0", "100.0"])
-                ),
-            ),
-            ("linear", false) => (
-                "from sklearn.linear_model import Ridge",
-                format!("Ridge(alpha={})", pick(["100.0", "1.0", "0.01"])),
-            ),
-            ("knn", true) => (
-                "from sklearn.neighbors import KNeighborsClassifier",
-                format!(
-                    "KNeighborsClassifier(n_neighbors=min({}, len(y)))",
-                    pick(["50", "15", "3"])
-                ),
-            ),
-            ("knn", false) => (
-                "from sklearn.neighbors import KNeighborsRegressor",
-                format!(
-                    "KNeighborsRegressor(n_neighbors=min({}, len(y)))",
-                    pick(["50", "15", "3"])
-                ),
-            ),
-            ("tree", true) => (
-                "from sklearn.tree import DecisionTreeClassifier",
-                format!(
-                    "DecisionTreeClassifier(max_depth={}, random_state=0)",
-                    pick(["2", "6", "None"])
-                ),
-            ),
-            ("tree", false) => (
-                "from sklearn.tree import DecisionTreeRegressor",
-                format!(
-                    "DecisionTreeRegressor(max_depth={}, random_state=0)",
-                    pick(["2", "6", "None"])
-                ),
-            ),
-            ("forest", true) => (
-                "from sklearn.ensemble import RandomForestClassifier",
-                format!(
-                    "RandomForestClassifier(n_estimators={}, random_state=0)",
-                    pick(["10, max_depth=4", "60", "150"])
-                ),
-            ),
-            ("forest", false) => (
-                "from sklearn.ensemble import RandomForestRegressor",
-                format!(
-                    "RandomForestRegressor(n_estimators={}, random_state=0)",
-                    pick(["10, max_depth=4", "60", "150"])
-                ),
-            ),
-            ("boosting", true) => (
-                "from sklearn.ensemble import HistGradientBoostingClassifier",
-                format!(
-                    "HistGradientBoostingClassifier(max_iter={}, random_state=0)",
-                    pick(["15", "100", "300"])
-                ),
-            ),
-            ("boosting", false) => (
-                "from sklearn.ensemble import HistGradientBoostingRegressor",
-                format!(
-                    "HistGradientBoostingRegressor(max_iter={}, random_state=0)",
-                    pick(["15", "100", "300"])
-                ),
-            ),
-            ("svm", true) => (
-                "from sklearn.svm import SVC",
-                format!("SVC(C={})", pick(["0.1", "1.0", "10.0"])),
-            ),
-            (_, _) => (
-                "from sklearn.svm import SVR",
-                format!("SVR(C={})", pick(["0.1", "1.0", "10.0"])),
-            ),
-        };
+        push_preprocessing(scaler, features, clf, &mut imports, &mut steps);
+        let (import, est) = estimator(model, capacity, clf);
         imports.push(import.to_string());
         steps.push(est);
-        let id = &meta.id_column;
-        let tg = &meta.target_column;
         let mut code = imports.join("\n");
-        code += &format!(
-            "\n\ntrain = pd.read_csv('public/train.csv')\ntest = pd.read_csv('public/test.csv')\nsample = pd.read_csv('public/sample_submission.csv')\n\
-             X = train.drop(columns=['{id}', '{tg}']).to_numpy(dtype=float)\ny = train['{tg}'].to_numpy()\n\
-             X_test = test[train.drop(columns=['{id}', '{tg}']).columns].to_numpy(dtype=float)\n\n\
-             model = make_pipeline(\n    {},\n)\n",
-            steps.join(",\n    ")
-        );
-        if !clf && opt(4, target) == "log1p" {
-            code += "model.fit(X, np.log1p(y))\npred = np.expm1(model.predict(X_test))\n";
-        } else {
-            code += "model.fit(X, y)\npred = model.predict(X_test)\n";
-        }
-        if opt(5, output) == "range_ids" {
-            code +=
-                &format!("sub = pd.DataFrame({{'{id}': np.arange(len(pred)), '{tg}': pred}})\n");
-        } else {
-            code += &format!("sub = pd.DataFrame({{'{id}': test['{id}'], '{tg}': pred}})\n");
-        }
-        code += "sub.to_csv('submission.csv', index=False)\nprint('wrote', len(sub), 'rows')\n";
+        code += &program_body(meta, &steps, clf, target, output);
         code
     }
+}
+
+/// Push the imports and pipeline steps of the preprocessing slots: the
+/// scaler's, then the features'.
+fn push_preprocessing(
+    scaler: usize,
+    features: usize,
+    clf: bool,
+    imports: &mut Vec<String>,
+    steps: &mut Vec<String>,
+) {
+    match opt(0, scaler) {
+        "standard" => {
+            imports.push("from sklearn.preprocessing import StandardScaler".into());
+            steps.push("StandardScaler()".into());
+        }
+        "robust" => {
+            imports.push("from sklearn.preprocessing import RobustScaler".into());
+            steps.push("RobustScaler()".into());
+        }
+        "minmax" => {
+            imports.push("from sklearn.preprocessing import MinMaxScaler".into());
+            steps.push("MinMaxScaler()".into());
+        }
+        _ => {}
+    }
+    match opt(1, features) {
+        "poly2" => {
+            imports.push("from sklearn.preprocessing import PolynomialFeatures".into());
+            steps.push("PolynomialFeatures(degree=2, include_bias=False)".into());
+        }
+        "pca" => {
+            imports.push("from sklearn.decomposition import PCA".into());
+            steps.push("PCA(n_components=0.95, random_state=0)".into());
+        }
+        "select_half" => {
+            let f = if clf { "f_classif" } else { "f_regression" };
+            imports.push(format!(
+                "from sklearn.feature_selection import SelectKBest, {f}"
+            ));
+            steps.push(format!("SelectKBest({f}, k=max(1, X.shape[1] // 2))"));
+        }
+        _ => {}
+    }
+}
+
+/// The model slot's import line and estimator expression, its
+/// hyperparameters picked by the capacity slot (`low`, `mid`, `high`).
+fn estimator(model: usize, capacity: usize, clf: bool) -> (&'static str, String) {
+    let cap = capacity;
+    let pick = |xs: [&str; 3]| xs[cap].to_string();
+    match (opt(2, model), clf) {
+        ("dummy", true) => (
+            "from sklearn.dummy import DummyClassifier",
+            "DummyClassifier(strategy='most_frequent')".to_string(),
+        ),
+        ("dummy", false) => (
+            "from sklearn.dummy import DummyRegressor",
+            "DummyRegressor()".to_string(),
+        ),
+        ("linear", true) => (
+            "from sklearn.linear_model import LogisticRegression",
+            format!(
+                "LogisticRegression(C={}, max_iter=300)",
+                pick(["0.01", "1.0", "100.0"])
+            ),
+        ),
+        ("linear", false) => (
+            "from sklearn.linear_model import Ridge",
+            format!("Ridge(alpha={})", pick(["100.0", "1.0", "0.01"])),
+        ),
+        ("knn", true) => (
+            "from sklearn.neighbors import KNeighborsClassifier",
+            format!(
+                "KNeighborsClassifier(n_neighbors=min({}, len(y)))",
+                pick(["50", "15", "3"])
+            ),
+        ),
+        ("knn", false) => (
+            "from sklearn.neighbors import KNeighborsRegressor",
+            format!(
+                "KNeighborsRegressor(n_neighbors=min({}, len(y)))",
+                pick(["50", "15", "3"])
+            ),
+        ),
+        ("tree", true) => (
+            "from sklearn.tree import DecisionTreeClassifier",
+            format!(
+                "DecisionTreeClassifier(max_depth={}, random_state=0)",
+                pick(["2", "6", "None"])
+            ),
+        ),
+        ("tree", false) => (
+            "from sklearn.tree import DecisionTreeRegressor",
+            format!(
+                "DecisionTreeRegressor(max_depth={}, random_state=0)",
+                pick(["2", "6", "None"])
+            ),
+        ),
+        ("forest", true) => (
+            "from sklearn.ensemble import RandomForestClassifier",
+            format!(
+                "RandomForestClassifier(n_estimators={}, random_state=0)",
+                pick(["10, max_depth=4", "60", "150"])
+            ),
+        ),
+        ("forest", false) => (
+            "from sklearn.ensemble import RandomForestRegressor",
+            format!(
+                "RandomForestRegressor(n_estimators={}, random_state=0)",
+                pick(["10, max_depth=4", "60", "150"])
+            ),
+        ),
+        ("boosting", true) => (
+            "from sklearn.ensemble import HistGradientBoostingClassifier",
+            format!(
+                "HistGradientBoostingClassifier(max_iter={}, random_state=0)",
+                pick(["15", "100", "300"])
+            ),
+        ),
+        ("boosting", false) => (
+            "from sklearn.ensemble import HistGradientBoostingRegressor",
+            format!(
+                "HistGradientBoostingRegressor(max_iter={}, random_state=0)",
+                pick(["15", "100", "300"])
+            ),
+        ),
+        ("svm", true) => (
+            "from sklearn.svm import SVC",
+            format!("SVC(C={})", pick(["0.1", "1.0", "10.0"])),
+        ),
+        (_, _) => (
+            "from sklearn.svm import SVR",
+            format!("SVR(C={})", pick(["0.1", "1.0", "10.0"])),
+        ),
+    }
+}
+
+/// The program after its imports: read the public files, build and fit the
+/// pipeline of `steps` (on `log1p` of the target when the target slot asks
+/// for it on a regression), and write the submission with the output slot's
+/// ids.
+fn program_body(
+    meta: &CompetitionMeta,
+    steps: &[String],
+    clf: bool,
+    target: usize,
+    output: usize,
+) -> String {
+    let id = &meta.id_column;
+    let tg = &meta.target_column;
+    let mut code = format!(
+        "\n\ntrain = pd.read_csv('public/train.csv')\ntest = pd.read_csv('public/test.csv')\nsample = pd.read_csv('public/sample_submission.csv')\n\
+         X = train.drop(columns=['{id}', '{tg}']).to_numpy(dtype=float)\ny = train['{tg}'].to_numpy()\n\
+         X_test = test[train.drop(columns=['{id}', '{tg}']).columns].to_numpy(dtype=float)\n\n\
+         model = make_pipeline(\n    {},\n)\n",
+        steps.join(",\n    ")
+    );
+    if !clf && opt(4, target) == "log1p" {
+        code += "model.fit(X, np.log1p(y))\npred = np.expm1(model.predict(X_test))\n";
+    } else {
+        code += "model.fit(X, y)\npred = model.predict(X_test)\n";
+    }
+    if opt(5, output) == "range_ids" {
+        code += &format!("sub = pd.DataFrame({{'{id}': np.arange(len(pred)), '{tg}': pred}})\n");
+    } else {
+        code += &format!("sub = pd.DataFrame({{'{id}': test['{id}'], '{tg}': pred}})\n");
+    }
+    code += "sub.to_csv('submission.csv', index=False)\nprint('wrote', len(sub), 'rows')\n";
+    code
 }
 
 #[cfg(test)]

@@ -11,11 +11,16 @@
 //!
 //!     cargo run --release -p wmrl-minivla --example minivla_cost -- \
 //!         [--preset full|scaled_down] [--dtype f32|bf16] [--group 8] \
-//!         [--steps-per-rollout 1] [--micro-batch 1] [--no-update]
+//!         [--steps-per-rollout 1] [--micro-batch 1] [--no-update] \
+//!         [--device cpu|cuda]
 //!
 //! Prints one JSON line: CPU seconds (process CPU time, all threads) and
 //! wall seconds of each phase, and the peak resident memory (VmHWM) after
-//! building, after the policy steps and after the update.
+//! building, after the policy steps and after the update. `--device cuda`
+//! (a build with `--features cuda`) runs on the first GPU through candle's
+//! CUDA backend; each timed phase then ends with a device synchronisation,
+//! so its wall seconds include the GPU's work (scripts/gpu-check samples
+//! the GPU's memory with nvidia-smi beside it).
 
 use std::collections::HashMap;
 
@@ -61,10 +66,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "scaled_down" => MiniVlaConfig::scaled_down(),
         p => return Err(format!("--preset {p}: full or scaled_down").into()),
     };
-    let dev = Device::Cpu;
+    let dev = match arg(&args, "--device", "cpu".to_string()).as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::new_cuda(0)?,
+        d => return Err(format!("--device {d}: cpu or cuda").into()),
+    };
 
     let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
     let m = build(&cfg, dtype, &dev)?;
+    dev.synchronize()?;
     let built = (wall.elapsed().as_secs_f64(), process_cpu_secs() - cpu);
     let rss_built = peak_rss_mib();
     let lora_params: usize = m.adapters().iter().map(|(_, v)| v.elem_count()).sum();
@@ -73,6 +83,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         steps,
         per_step: policy,
         vision_cpu: prefix_cpu,
+        vision_wall,
     } = policy_steps(&m, group * per_rollout)?;
     let n_steps = group * per_rollout;
     let rss_policy = peak_rss_mib();
@@ -86,6 +97,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = serde_json::json!({
         "preset": preset,
         "dtype": format!("{dtype:?}"),
+        "device": if dev.is_cuda() { "cuda" } else { "cpu" },
         "params": m.n_params(),
         "lora_params": lora_params,
         // candle's CPU kernels use RAYON_NUM_THREADS threads when it is set
@@ -98,6 +110,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "wall_s": policy.0,
             "cpu_s": policy.1,
             "vision_cpu_s": prefix_cpu / n_steps as f64,
+            "vision_wall_s": vision_wall / n_steps as f64,
             "steps_timed": n_steps,
         },
         "grpo_update": upd.map(|(w, c, r)| serde_json::json!({
@@ -141,6 +154,8 @@ struct Sampled {
     per_step: (f64, f64),
     /// CPU seconds of the vision side, all steps together.
     vision_cpu: f64,
+    /// Wall seconds of the vision side, all steps together.
+    vision_wall: f64,
 }
 
 /// `n_steps` policy steps on synthetic 224 px frames.
@@ -163,13 +178,24 @@ fn policy_steps(m: &MiniVla, n_steps: usize) -> Result<Sampled, Error> {
             (s >> 11) as f64 / (1u64 << 53) as f64
         }
     };
+    let dev = m.device();
+    if dev.is_cuda() {
+        // One untimed step first: the GPU loads (and JIT-compiles) each
+        // kernel module on its first use.
+        let prefix = m.prefix(&[frame(9_999)], &prompt)?;
+        m.sample_action_tokens(&prefix, 1.0, &mut u)?;
+        dev.synchronize()?;
+    }
     let (wall, cpu) = (std::time::Instant::now(), process_cpu_secs());
     let mut prefix_cpu = 0.0;
+    let mut prefix_wall = 0.0;
     let mut steps = Vec::with_capacity(n_steps);
     for k in 0..n_steps {
-        let c0 = process_cpu_secs();
+        let (c0, w0) = (process_cpu_secs(), std::time::Instant::now());
         let prefix = m.prefix(&[frame(k as u32)], &prompt)?;
+        dev.synchronize()?;
         prefix_cpu += process_cpu_secs() - c0;
+        prefix_wall += w0.elapsed().as_secs_f64();
         let sample = m.sample_action_tokens(&prefix, 1.0, &mut u)?;
         steps.push(ActionStep {
             prefix,
@@ -185,6 +211,7 @@ fn policy_steps(m: &MiniVla, n_steps: usize) -> Result<Sampled, Error> {
         steps,
         per_step,
         vision_cpu: prefix_cpu,
+        vision_wall: prefix_wall,
     })
 }
 
@@ -208,6 +235,7 @@ fn grpo_update(m: &MiniVla, steps: &[ActionStep], micro: usize) -> Result<(f64, 
         micro,
         None,
     )?;
+    m.device().synchronize()?;
     Ok((
         wall.elapsed().as_secs_f64(),
         process_cpu_secs() - cpu,

@@ -274,6 +274,16 @@ impl MiniVla {
         &self.cfg
     }
 
+    /// The device its weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// The dtype its weights are held in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     /// Parameters loaded.
     pub fn n_params(&self) -> usize {
         self.n_params

@@ -223,101 +223,195 @@ pub fn run_episodes_after(
             "only a refill run without features can continue an earlier one".into(),
         ));
     }
-    let spec = env.spec().clone();
-    let chunk = policy.chunk().max(1);
-    let exec = if opts.execute_steps == 0 {
-        chunk
-    } else {
-        opts.execute_steps.min(chunk)
-    };
-    let n_slots = env.num_envs().max(1);
-    let mut slots: Vec<Option<Slot>> = (0..n_slots).map(|_| None).collect();
-    let mut stats = RunStats::default();
-    let mut next = 0usize;
-    let mut wave = 0u64;
-    let mut call = 0u64;
+    let mut run = Runner::new(policy, env, requests, ended, opts, observer);
     loop {
-        let refill = match opts.schedule {
-            Schedule::Refill => slots.iter().any(Option::is_none),
-            Schedule::Waves => slots.iter().all(Option::is_none),
-        };
-        // No reset call at all when no slot is free (as neither of the two
-        // loops this runner replaced made one).
-        if refill && next < requests.len() {
-            if opts.schedule == Schedule::Waves && next > 0 {
-                wave += 1;
-                call = 0;
-            }
-            let mut reqs = Vec::new();
-            for (slot, held) in slots.iter_mut().enumerate() {
-                if held.is_some() || next >= requests.len() {
-                    continue;
-                }
-                match ended.get(next).copied().flatten() {
-                    Some(p) => {
-                        if (p.slot, p.first_call) != (slot, call) {
-                            return Err(PolicyError::Input(format!(
-                                "episode {next} ran in slot {} from policy call {} in the earlier run, \
-                                 this run would start it in slot {slot} at call {call}: \
-                                 not the same schedule (another slot count?)",
-                                p.slot, p.first_call
-                            )));
-                        }
-                        stats.env_steps += p.env_steps;
-                        stats.restarts += p.restarts;
-                        *held = Some(Slot {
-                            ep: next,
-                            obs: Observation {
-                                frames: Vec::new(),
-                                proprio: Vec::new(),
-                                progress: None,
-                            },
-                            prev_frame: None,
-                            steps: 0,
-                            first_call: call,
-                            calls: 0,
-                            env_steps: 0,
-                            restarts: 0,
-                            replay_calls_left: Some(p.calls),
-                        });
-                    }
-                    None => reqs.push((slot, next)),
-                }
-                next += 1;
-            }
-            if !reqs.is_empty() {
-                let pairs: Vec<(usize, ResetRequest)> =
-                    reqs.iter().map(|&(s, ep)| (s, requests[ep])).collect();
-                let t = Stopwatch::start();
-                let obs = env.reset(&pairs)?;
-                let (wall, cpu) = t.elapsed();
-                stats.env_seconds += wall;
-                stats.env_cpu_seconds += cpu;
-                // Restarts reported during a reset are already behind its
-                // fresh observations (and stale ones must not void this chunk).
-                env.take_restarts();
-                for ((slot, ep), o) in reqs.into_iter().zip(obs) {
-                    observer.started(ep, &o);
-                    slots[slot] = Some(Slot {
-                        ep,
-                        obs: o,
-                        prev_frame: None,
-                        steps: 0,
-                        first_call: call,
-                        calls: 0,
-                        env_steps: 0,
-                        restarts: 0,
-                        replay_calls_left: None,
-                    });
-                }
-            }
-        }
-        let occupied: Vec<usize> = (0..n_slots).filter(|&i| slots[i].is_some()).collect();
+        run.fill_free_slots()?;
+        let occupied: Vec<usize> = (0..run.slots.len())
+            .filter(|&i| run.slots[i].is_some())
+            .collect();
         if occupied.is_empty() {
             break;
         }
-        // Rows in slot order; replayed episodes keep their row (its stream)
-        // but are not sampled.
+        let batch = run.call_policy(&occupied)?;
+        run.count_call(&occupied);
+        let (active, samples) = run.tell_called(batch);
+        run.execute_chunk(&active, &samples)?;
+    }
+    Ok(run.stats)
+}
+
+/// One policy call's rows that were sampled: their slots, in slot order,
+/// with what the policy saw and drew there.
+struct Batch {
+    /// Slots of the sampled rows (replayed episodes' slots left out).
+    active: Vec<usize>,
+    inputs: Vec<PolicyInput>,
+    samples: Vec<Sample>,
+    /// Action head inputs per row (empty unless asked for).
+    features: Vec<Vec<f32>>,
+}
+
+/// The state of one [`run_episodes_after`] run: what it runs on and with,
+/// the slots' episodes, the schedule's position and the stats so far.
+struct Runner<'a> {
+    policy: &'a dyn ActionPolicy,
+    env: &'a mut dyn VecEnv,
+    requests: &'a [ResetRequest],
+    ended: &'a [Option<Placement>],
+    opts: &'a RunOptions,
+    observer: &'a mut dyn EpisodeObserver,
+    /// The environment's spec as it was when the run started.
+    spec: wmrl_env::EnvSpec,
+    /// Actions executed per policy call.
+    exec: usize,
+    slots: Vec<Option<Slot>>,
+    stats: RunStats,
+    /// Index of the next request to start.
+    next: usize,
+    wave: u64,
+    /// Policy calls of the current wave so far.
+    call: u64,
+}
+
+impl<'a> Runner<'a> {
+    /// A run with every slot free, at call 0 of wave 0, nothing counted.
+    fn new(
+        policy: &'a dyn ActionPolicy,
+        env: &'a mut dyn VecEnv,
+        requests: &'a [ResetRequest],
+        ended: &'a [Option<Placement>],
+        opts: &'a RunOptions,
+        observer: &'a mut dyn EpisodeObserver,
+    ) -> Self {
+        let spec = env.spec().clone();
+        let chunk = policy.chunk().max(1);
+        let exec = if opts.execute_steps == 0 {
+            chunk
+        } else {
+            opts.execute_steps.min(chunk)
+        };
+        let n_slots = env.num_envs().max(1);
+        Self {
+            policy,
+            env,
+            requests,
+            ended,
+            opts,
+            observer,
+            spec,
+            exec,
+            slots: (0..n_slots).map(|_| None).collect(),
+            stats: RunStats::default(),
+            next: 0,
+            wave: 0,
+            call: 0,
+        }
+    }
+
+    /// Give free slots their next episodes when the schedule says so (a
+    /// new wave first under [`Schedule::Waves`]): an episode the earlier
+    /// run ended holds its slot unsampled, the others are reset together.
+    /// Errors when an ended episode's recorded place is not this run's.
+    fn fill_free_slots(&mut self) -> Result<()> {
+        let refill = match self.opts.schedule {
+            Schedule::Refill => self.slots.iter().any(Option::is_none),
+            Schedule::Waves => self.slots.iter().all(Option::is_none),
+        };
+        // No reset call at all when no slot is free (as neither of the two
+        // loops this runner replaced made one).
+        if !refill || self.next >= self.requests.len() {
+            return Ok(());
+        }
+        if self.opts.schedule == Schedule::Waves && self.next > 0 {
+            self.wave += 1;
+            self.call = 0;
+        }
+        let mut reqs = Vec::new();
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].is_some() || self.next >= self.requests.len() {
+                continue;
+            }
+            match self.ended.get(self.next).copied().flatten() {
+                Some(p) => self.hold_replayed(slot, p)?,
+                None => reqs.push((slot, self.next)),
+            }
+            self.next += 1;
+        }
+        if !reqs.is_empty() {
+            self.reset_slots(reqs)?;
+        }
+        Ok(())
+    }
+
+    /// Let episode `self.next`, which ended in the earlier run at `p`,
+    /// hold `slot` for its recorded policy calls, counting its steps and
+    /// restarts; an error when `p` is not where this run would start it.
+    fn hold_replayed(&mut self, slot: usize, p: Placement) -> Result<()> {
+        let (next, call) = (self.next, self.call);
+        if (p.slot, p.first_call) != (slot, call) {
+            return Err(PolicyError::Input(format!(
+                "episode {next} ran in slot {} from policy call {} in the earlier run, \
+                 this run would start it in slot {slot} at call {call}: \
+                 not the same schedule (another slot count?)",
+                p.slot, p.first_call
+            )));
+        }
+        self.stats.env_steps += p.env_steps;
+        self.stats.restarts += p.restarts;
+        self.slots[slot] = Some(Slot {
+            ep: next,
+            obs: Observation {
+                frames: Vec::new(),
+                proprio: Vec::new(),
+                progress: None,
+            },
+            prev_frame: None,
+            steps: 0,
+            first_call: call,
+            calls: 0,
+            env_steps: 0,
+            restarts: 0,
+            replay_calls_left: Some(p.calls),
+        });
+        Ok(())
+    }
+
+    /// Reset the `(slot, episode)` pairs of `reqs` in one call, timing it,
+    /// and start their episodes there (telling the observer).
+    fn reset_slots(&mut self, reqs: Vec<(usize, usize)>) -> Result<()> {
+        let pairs: Vec<(usize, ResetRequest)> =
+            reqs.iter().map(|&(s, ep)| (s, self.requests[ep])).collect();
+        let t = Stopwatch::start();
+        let obs = self.env.reset(&pairs)?;
+        let (wall, cpu) = t.elapsed();
+        self.stats.env_seconds += wall;
+        self.stats.env_cpu_seconds += cpu;
+        // Restarts reported during a reset are already behind its
+        // fresh observations (and stale ones must not void this chunk).
+        self.env.take_restarts();
+        for ((slot, ep), o) in reqs.into_iter().zip(obs) {
+            self.observer.started(ep, &o);
+            self.slots[slot] = Some(Slot {
+                ep,
+                obs: o,
+                prev_frame: None,
+                steps: 0,
+                first_call: self.call,
+                calls: 0,
+                env_steps: 0,
+                restarts: 0,
+                replay_calls_left: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// One policy call for the `occupied` slots (in slot order) at this
+    /// call's seed: replayed episodes keep their row (its stream) but are
+    /// not sampled, and no call is made when no row is sampled. Counts the
+    /// call, its rows and its time, and advances the call counter.
+    fn call_policy(&mut self, occupied: &[usize]) -> Result<Batch> {
+        let slots = &self.slots;
         let (active, streams): (Vec<usize>, Vec<u64>) = occupied
             .iter()
             .enumerate()
@@ -332,8 +426,9 @@ pub fn run_episodes_after(
             .iter()
             .filter_map(|&i| slots[i].as_ref())
             .map(|r| {
-                let task = requests[r.ep].task;
-                let instruction = spec
+                let task = self.requests[r.ep].task;
+                let instruction = self
+                    .spec
                     .tasks
                     .get(task)
                     .map(|t| t.instruction.as_str())
@@ -341,30 +436,44 @@ pub fn run_episodes_after(
                 PolicyInput::from_observation(instruction, &r.obs, r.prev_frame.clone())
             })
             .collect();
+        let opts = self.opts;
         let call_seed = opts
             .seed
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add((wave << 32) | call);
+            .wrapping_add((self.wave << 32) | self.call);
         let t = Stopwatch::start();
-        let (samples, mut features) = if inputs.is_empty() {
+        let (samples, features) = if inputs.is_empty() {
             (Vec::new(), Vec::new())
         } else if opts.keep_features {
-            policy.sample_with_features(&inputs, opts.temperature, call_seed)?
+            self.policy
+                .sample_with_features(&inputs, opts.temperature, call_seed)?
         } else {
             (
-                policy.sample_streams(&inputs, opts.temperature, call_seed, &streams)?,
+                self.policy
+                    .sample_streams(&inputs, opts.temperature, call_seed, &streams)?,
                 Vec::new(),
             )
         };
         let (wall, cpu) = t.elapsed();
-        stats.policy_seconds += wall;
-        stats.policy_cpu_seconds += cpu;
-        stats.policy_batches += 1;
-        stats.policy_rows += occupied.len() as u64;
-        call += 1;
+        self.stats.policy_seconds += wall;
+        self.stats.policy_cpu_seconds += cpu;
+        self.stats.policy_batches += 1;
+        self.stats.policy_rows += occupied.len() as u64;
+        self.call += 1;
+        Ok(Batch {
+            active,
+            inputs,
+            samples,
+            features,
+        })
+    }
+
+    /// Count the call for every `occupied` slot's episode, and free the
+    /// slots of replayed episodes whose held calls are used up.
+    fn count_call(&mut self, occupied: &[usize]) {
         let mut replayed = Vec::new();
-        for &s in &occupied {
-            if let Some(r) = slots[s].as_mut() {
+        for &s in occupied {
+            if let Some(r) = self.slots[s].as_mut() {
                 r.calls += 1;
                 if let Some(left) = r.replay_calls_left.as_mut() {
                     *left = left.saturating_sub(1);
@@ -375,89 +484,128 @@ pub fn run_episodes_after(
             }
         }
         for s in replayed {
-            slots[s] = None;
+            self.slots[s] = None;
         }
+    }
+
+    /// Tell the observer what each sampled row saw and drew, keeping the
+    /// row's first frame as its episode's previous frame. Returns the
+    /// rows' slots and samples, the chunks to execute.
+    fn tell_called(&mut self, batch: Batch) -> (Vec<usize>, Vec<Sample>) {
+        let Batch {
+            active,
+            inputs,
+            samples,
+            mut features,
+        } = batch;
         for (k, (&slot, input)) in active.iter().zip(inputs).enumerate() {
-            if let Some(r) = slots[slot].as_mut() {
+            if let Some(r) = self.slots[slot].as_mut() {
                 r.prev_frame = input.frames.first().cloned();
                 let f = features.get_mut(k).map(std::mem::take);
-                observer.called(r.ep, &r.obs, input, &samples[k], f);
+                self.observer.called(r.ep, &r.obs, input, &samples[k], f);
             }
         }
+        (active, samples)
+    }
+
+    /// Execute the sampled chunks of the `active` slots (row `k` runs
+    /// `samples[k]`) step by step until each has run `exec` actions or its
+    /// episode ended, then tell the observer each chunk is over and free
+    /// the slots whose episode ended.
+    fn execute_chunk(&mut self, active: &[usize], samples: &[Sample]) -> Result<()> {
         // (slot, row in this call, actions executed of the chunk)
         let mut live: Vec<(usize, usize, usize)> =
             active.iter().enumerate().map(|(k, &s)| (s, k, 0)).collect();
         let mut finished: Vec<(usize, usize, bool)> = Vec::new();
-        for j in 0..exec {
+        for j in 0..self.exec {
             if live.is_empty() {
                 break;
             }
-            let acts: Vec<(usize, Vec<f32>)> = live
-                .iter()
-                .map(|&(s, k, _)| (s, samples[k].actions[j].to_vec()))
-                .collect();
-            // Frames only where something looks at them: the policy's next
-            // call (the chunk's last step), the cap's step when asked, every
-            // step when asked; the environment renders its own episode ends.
-            let at_cap = opts.observe_at_cap
-                && opts.max_steps > 0
-                && live.iter().any(|&(s, _, _)| {
-                    slots[s]
-                        .as_ref()
-                        .is_some_and(|r| r.steps + 1 >= opts.max_steps)
-                });
-            let observe = j + 1 == exec || opts.observe_every_step || at_cap;
-            let t = Stopwatch::start();
-            let out = env.step_observing(&acts, observe)?;
-            let (wall, cpu) = t.elapsed();
-            stats.env_seconds += wall;
-            stats.env_cpu_seconds += cpu;
-            stats.env_steps += out.len() as u64;
-            let restarted: Vec<usize> = env.take_restarts().iter().map(|r| r.slot).collect();
-            let mut still = Vec::with_capacity(live.len());
-            for ((s, k, done), res) in live.into_iter().zip(out) {
-                let Some(r) = slots[s].as_mut() else { continue };
-                r.env_steps += 1;
-                if restarted.contains(&s) {
-                    // The worker died: the episode starts over from its
-                    // reset; what was collected of it is void.
-                    stats.restarts += 1;
-                    r.restarts += 1;
-                    r.steps = 0;
-                    r.prev_frame = None;
-                    r.obs = res.obs;
-                    observer.restarted(r.ep, &r.obs);
-                    continue;
-                }
-                r.steps += 1;
-                observer.stepped(r.ep, &r.obs, &samples[k].actions[j], &res, r.steps);
-                let capped = opts.max_steps > 0 && r.steps >= opts.max_steps;
-                let ended = res.done || res.truncated || capped;
-                if ended {
-                    observer.placed(r.ep, &r.placement(s));
-                    observer.ended(r.ep, &res, r.steps)?;
-                }
-                r.obs = res.obs;
-                if ended {
-                    finished.push((s, done + 1, true));
-                } else {
-                    still.push((s, k, done + 1));
-                }
-            }
-            live = still;
+            live = self.step_live(j, live, samples, &mut finished)?;
         }
         for (s, done, ended) in live
             .into_iter()
             .map(|(s, _, d)| (s, d, false))
             .chain(finished)
         {
-            if let Some(r) = slots[s].as_ref() {
-                observer.chunk_done(r.ep, done, ended, &r.obs);
+            if let Some(r) = self.slots[s].as_ref() {
+                self.observer.chunk_done(r.ep, done, ended, &r.obs);
             }
             if ended {
-                slots[s] = None;
+                self.slots[s] = None;
             }
         }
+        Ok(())
     }
-    Ok(stats)
+
+    /// Execute action `j` of each `live` chunk `(slot, row, executed)` in
+    /// one environment step, timing and counting it: a slot whose worker
+    /// died starts its episode over, an episode that ended (success, limit
+    /// or cap) is told to the observer and its chunk goes to `finished` as
+    /// `(slot, executed, true)`. Returns the chunks still running.
+    fn step_live(
+        &mut self,
+        j: usize,
+        live: Vec<(usize, usize, usize)>,
+        samples: &[Sample],
+        finished: &mut Vec<(usize, usize, bool)>,
+    ) -> Result<Vec<(usize, usize, usize)>> {
+        let opts = self.opts;
+        let acts: Vec<(usize, Vec<f32>)> = live
+            .iter()
+            .map(|&(s, k, _)| (s, samples[k].actions[j].to_vec()))
+            .collect();
+        // Frames only where something looks at them: the policy's next
+        // call (the chunk's last step), the cap's step when asked, every
+        // step when asked; the environment renders its own episode ends.
+        let at_cap = opts.observe_at_cap
+            && opts.max_steps > 0
+            && live.iter().any(|&(s, _, _)| {
+                self.slots[s]
+                    .as_ref()
+                    .is_some_and(|r| r.steps + 1 >= opts.max_steps)
+            });
+        let observe = j + 1 == self.exec || opts.observe_every_step || at_cap;
+        let t = Stopwatch::start();
+        let out = self.env.step_observing(&acts, observe)?;
+        let (wall, cpu) = t.elapsed();
+        self.stats.env_seconds += wall;
+        self.stats.env_cpu_seconds += cpu;
+        self.stats.env_steps += out.len() as u64;
+        let restarted: Vec<usize> = self.env.take_restarts().iter().map(|r| r.slot).collect();
+        let mut still = Vec::with_capacity(live.len());
+        for ((s, k, done), res) in live.into_iter().zip(out) {
+            let Some(r) = self.slots[s].as_mut() else {
+                continue;
+            };
+            r.env_steps += 1;
+            if restarted.contains(&s) {
+                // The worker died: the episode starts over from its
+                // reset; what was collected of it is void.
+                self.stats.restarts += 1;
+                r.restarts += 1;
+                r.steps = 0;
+                r.prev_frame = None;
+                r.obs = res.obs;
+                self.observer.restarted(r.ep, &r.obs);
+                continue;
+            }
+            r.steps += 1;
+            self.observer
+                .stepped(r.ep, &r.obs, &samples[k].actions[j], &res, r.steps);
+            let capped = opts.max_steps > 0 && r.steps >= opts.max_steps;
+            let ended = res.done || res.truncated || capped;
+            if ended {
+                self.observer.placed(r.ep, &r.placement(s));
+                self.observer.ended(r.ep, &res, r.steps)?;
+            }
+            r.obs = res.obs;
+            if ended {
+                finished.push((s, done + 1, true));
+            } else {
+                still.push((s, k, done + 1));
+            }
+        }
+        Ok(still)
+    }
 }

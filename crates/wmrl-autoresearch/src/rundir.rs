@@ -77,41 +77,14 @@ pub(crate) fn settings_difference<T: Serialize>(
         Ok(v)
     };
     let (was, is) = (value(then)?, value(now)?);
-    Ok(first_difference(&was, &is, String::new()).map(|key| {
+    let lookup = |v: &serde_json::Value, key: &str| {
+        wmrl_run::value_at(v, key).unwrap_or_else(|| "(absent)".into())
+    };
+    Ok(wmrl_run::differing_key(&was, &is).map(|key| {
         format!(
             "{key}: {} then, {} now",
             lookup(&was, &key),
             lookup(&is, &key)
         )
     }))
-}
-
-/// The dotted path of the first key whose values differ, if any.
-fn first_difference(a: &serde_json::Value, b: &serde_json::Value, at: String) -> Option<String> {
-    match (a, b) {
-        (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            keys.into_iter().find_map(|k| {
-                let sub = if at.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{at}.{k}")
-                };
-                match (x.get(k), y.get(k)) {
-                    (Some(p), Some(q)) => first_difference(p, q, sub),
-                    _ => Some(sub),
-                }
-            })
-        }
-        _ => (a != b).then_some(at),
-    }
-}
-
-fn lookup(v: &serde_json::Value, dotted: &str) -> String {
-    dotted
-        .split('.')
-        .try_fold(v, |v, k| v.get(k))
-        .map_or("(absent)".to_string(), |v| v.to_string())
 }

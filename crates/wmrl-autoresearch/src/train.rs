@@ -37,6 +37,7 @@ use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
 use crate::rundir::{append_jsonl, create_jsonl, settings_difference, write_json};
 use wmrl_run::RunDir;
+use wmrl_run::clock::process_cpu_secs;
 
 /// The three arms of the AutoResearch benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -579,24 +580,6 @@ struct Candidate {
     record: RefitRecord,
 }
 
-/// CPU seconds this process has used so far, all threads together
-/// (`CLOCK_PROCESS_CPUTIME_ID`; 0 where the clock is unavailable). A refit
-/// fits in-process, so this is its CPU cost (`wmrl_env::clock` has the
-/// same clock; this crate does not depend on wmrl-env).
-#[allow(unsafe_code)]
-fn process_cpu_secs() -> f64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
-}
-
 /// The AutoResearch track of the shared loop: groups of solutions sampled
 /// for training competitions, executed in the sandbox (real) or predicted
 /// (world model), and the solution policy's GRPO update.
@@ -770,7 +753,7 @@ impl Track for ArTrack<'_> {
         let Some(r) = self.refit.filter(|_| self.cfg.refits(self.arm)) else {
             return Ok(None);
         };
-        let held: BTreeSet<(u64, usize)> = held_out.iter().map(|g| (g.step, g.group)).collect();
+        let held = AnchorGroup::keys(held_out);
         let (rows, trained_on) = training_rows(r.data, &self.kept, &held);
         if done >= self.cfg.steps || held_out.is_empty() || trained_on.is_empty() {
             tracing::info!(
@@ -783,7 +766,7 @@ impl Track for ArTrack<'_> {
         }
         let mut held_rows: Vec<Vec<f32>> = Vec::new();
         for g in held_out {
-            let kept = self.kept.iter().find(|k| k.key() == (g.step, g.group));
+            let kept = self.kept.iter().find(|k| k.key() == g.key());
             let matches = kept.is_some_and(|k| {
                 k.rows.len() == g.real.len()
                     && k.rows.iter().zip(&g.real).all(|(e, y)| e.reward == *y)

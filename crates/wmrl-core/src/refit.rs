@@ -90,6 +90,19 @@ pub struct AnchorGroup {
     pub real: Vec<f64>,
 }
 
+impl AnchorGroup {
+    /// (step, group): where the group came from, as both tracks key their
+    /// kept rollouts.
+    pub fn key(&self) -> (u64, usize) {
+        (self.step, self.group)
+    }
+
+    /// The keys of `groups` (the held-out set a candidate is fitted without).
+    pub fn keys(groups: &[AnchorGroup]) -> std::collections::BTreeSet<(u64, usize)> {
+        groups.iter().map(AnchorGroup::key).collect()
+    }
+}
+
 /// What a refit decided (one line of a run's refit record).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RefitDecision {

@@ -9,7 +9,6 @@
 //! This crate must never depend on a simulator, a model framework or a socket
 //! library: it is the contract, not an implementation.
 
-pub mod clock;
 mod episode;
 mod error;
 mod local;

@@ -25,9 +25,9 @@
 use std::collections::HashMap;
 
 use candle_core::{DType, Device, Tensor};
-use wmrl_env::clock::process_cpu_secs;
 use wmrl_minivla::rl::{ActionStep, LoraConfig};
 use wmrl_minivla::{MiniVla, MiniVlaConfig, tensor_shapes};
+use wmrl_run::clock::process_cpu_secs;
 
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")

@@ -23,7 +23,7 @@
 //! the episodes still to run get the same slots, call seeds and rows, and
 //! the same samples, as in a run that never stopped.
 
-use wmrl_env::clock::Stopwatch;
+use wmrl_run::clock::Stopwatch;
 
 use serde::{Deserialize, Serialize};
 use wmrl_env::{Observation, ResetRequest, StepResult, VecEnv};
@@ -93,7 +93,7 @@ pub struct RunStats {
     pub restarts: u64,
     pub policy_seconds: f64,
     pub env_seconds: f64,
-    /// Process CPU seconds of the same phases ([`wmrl_env::clock`]).
+    /// Process CPU seconds of the same phases ([`wmrl_run::clock`]).
     pub policy_cpu_seconds: f64,
     pub env_cpu_seconds: f64,
 }

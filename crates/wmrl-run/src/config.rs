@@ -173,39 +173,64 @@ fn parse_doc<T: DeserializeOwned>(
 }
 
 /// The first dotted key whose value differs between two serialisable
-/// values (configs), as `key: A against B`; `None` when they are equal.
+/// values (configs), as `key: A against B` (`absent` where one side lacks
+/// the key); `None` when they are equal. `prefix` names where `a` and `b`
+/// sit (e.g. `wmrl`), prepended to the key.
 pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<String> {
-    fn walk(a: &toml::Value, b: &toml::Value, key: &str) -> Option<String> {
-        use toml::Value::Table;
+    let (Ok(x), Ok(y)) = (serde_json::to_value(a), serde_json::to_value(b)) else {
+        return Some(format!("{prefix}: not comparable"));
+    };
+    let key = differing_key(&x, &y)?;
+    let named = match (prefix.is_empty(), key.is_empty()) {
+        (true, _) => key.clone(),
+        (false, true) => prefix.to_string(),
+        (false, false) => format!("{prefix}.{key}"),
+    };
+    Some(format!(
+        "{named}: {} against {}",
+        value_at(&x, &key).unwrap_or_else(|| "absent".into()),
+        value_at(&y, &key).unwrap_or_else(|| "absent".into())
+    ))
+}
+
+/// The dotted path of the first key (in sorted order, depth first) whose
+/// values differ between `a` and `b`, a key present on one side only
+/// included; `""` when they differ at the top; `None` when equal. Both
+/// tracks' settings comparisons walk configs with this.
+pub fn differing_key(a: &serde_json::Value, b: &serde_json::Value) -> Option<String> {
+    fn walk(a: &serde_json::Value, b: &serde_json::Value, at: &str) -> Option<String> {
+        use serde_json::Value::Object;
         match (a, b) {
-            (Table(x), Table(y)) => {
+            (Object(x), Object(y)) => {
                 let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
                 keys.sort();
                 keys.dedup();
                 keys.into_iter().find_map(|k| {
-                    let sub = if key.is_empty() {
+                    let sub = if at.is_empty() {
                         k.clone()
                     } else {
-                        format!("{key}.{k}")
+                        format!("{at}.{k}")
                     };
                     match (x.get(k), y.get(k)) {
-                        (Some(va), Some(vb)) => walk(va, vb, &sub),
-                        (va, vb) => Some(format!(
-                            "{sub}: {} against {}",
-                            va.map_or("absent".into(), |v| v.to_string()),
-                            vb.map_or("absent".into(), |v| v.to_string())
-                        )),
+                        (Some(p), Some(q)) => walk(p, q, &sub),
+                        _ => Some(sub),
                     }
                 })
             }
-            _ if a == b => None,
-            _ => Some(format!("{key}: {a} against {b}")),
+            _ => (a != b).then(|| at.to_string()),
         }
     }
-    match (toml::Value::try_from(a), toml::Value::try_from(b)) {
-        (Ok(x), Ok(y)) => walk(&x, &y, prefix),
-        _ => Some(format!("{prefix}: not comparable")),
+    walk(a, b, "")
+}
+
+/// The value at dotted `key` of `v` (`""`: `v` itself), as JSON text.
+pub fn value_at(v: &serde_json::Value, key: &str) -> Option<String> {
+    if key.is_empty() {
+        return Some(v.to_string());
     }
+    key.split('.')
+        .try_fold(v, |v, k| v.get(k))
+        .map(|v| v.to_string())
 }
 
 #[cfg(test)]

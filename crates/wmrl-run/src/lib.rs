@@ -8,12 +8,17 @@
 //! - [`records`]: JSONL record files (append, read, cut back to a
 //!   checkpoint's length) and atomic writes;
 //! - [`rundir`]: the run directory both tracks write, and where a bench
-//!   keeps each run (`<out>/<arm>/seed<k>/`).
+//!   keeps each run (`<out>/<arm>/seed<k>/`);
+//! - [`clock`]: the wall and process-CPU time every ledger records.
 
+pub mod clock;
 pub mod config;
 pub mod records;
 pub mod rundir;
 
-pub use config::{ConfigError, apply_set, first_difference, load, load_optional, parse, read_doc};
+pub use config::{
+    ConfigError, apply_set, differing_key, first_difference, load, load_optional, parse, read_doc,
+    value_at,
+};
 pub use records::{RecordError, append, atomic_write, cut_back, len_of, read_all};
 pub use rundir::RunDir;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use wmrl_env::clock::Stopwatch;
+use wmrl_run::clock::Stopwatch;
 
 use serde::{Deserialize, Serialize};
 use wmrl_core::rng::SplitMix64;

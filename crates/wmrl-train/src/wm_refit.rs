@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use wmrl_core::rng::SplitMix64;
 use wmrl_core::{AnchorGroup, Ledger, RefitDecision, Stage};
-use wmrl_env::clock::Stopwatch;
 use wmrl_env::{CameraSpec, Episode, EpisodeStep, Frame};
+use wmrl_run::clock::Stopwatch;
 use wmrl_worldmodel::train::{self, SplitRecord};
 use wmrl_worldmodel::{
     FineTuneConfig, RolloutFrames, ScoreMode, WorldModel, WorldModelConfig, export_onnx, fine_tune,
@@ -351,7 +351,7 @@ impl WmRefit {
         ledger: &mut Ledger,
     ) -> Result<Option<Vec<Vec<f64>>>> {
         self.candidate = None;
-        let held: BTreeSet<(u64, usize)> = held_out.iter().map(|g| (g.step, g.group)).collect();
+        let held = AnchorGroup::keys(held_out);
         let (train_set, _): (Vec<&AnchorRollout>, Vec<_>) =
             self.buffer.iter().partition(|a| !held.contains(&a.key()));
         let skip = train_set.len().saturating_sub(self.fit.max_rollouts);
@@ -365,11 +365,8 @@ impl WmRefit {
         }
         let mut held_members: Vec<Vec<&AnchorRollout>> = Vec::with_capacity(held_out.len());
         for g in held_out {
-            let mut m: Vec<&AnchorRollout> = self
-                .buffer
-                .iter()
-                .filter(|a| a.key() == (g.step, g.group))
-                .collect();
+            let mut m: Vec<&AnchorRollout> =
+                self.buffer.iter().filter(|a| a.key() == g.key()).collect();
             m.sort_by_key(|a| a.member);
             if m.len() != g.real.len()
                 || m.iter()

@@ -6,9 +6,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::arm::{AR_ARMS, ar_arm_from_name, ar_name, serde_ar_arm};
 use crate::error::{Error, Result};
 use crate::rundir::{read_json, settings_difference, write_json};
-use crate::train::{ArArm, StepLog, TrainReport};
+use crate::train::{StepLog, TrainReport};
+use wmrl_core::Arm;
 use wmrl_run::RunDir;
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
@@ -29,7 +31,9 @@ fn ci95_of(c: &wmrl_core::stats::MeanCi) -> (f64, f64) {
 /// One arm over its seeds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArmSummary {
-    pub arm: ArArm,
+    /// Written and read as `real`, `wm` or `wmrl` ([`crate::arm`]).
+    #[serde(with = "serde_ar_arm")]
+    pub arm: Arm,
     pub seeds: usize,
     pub position_mean: f64,
     pub position_ci95: f64,
@@ -41,7 +45,7 @@ pub struct ArmSummary {
 }
 
 pub fn summarize(reports: &[TrainReport]) -> Vec<ArmSummary> {
-    ArArm::ALL
+    AR_ARMS
         .iter()
         .filter_map(|&arm| {
             let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.arm == arm).collect();
@@ -101,7 +105,7 @@ pub fn curve_label(reports: &[TrainReport]) -> &'static str {
 
 /// Mean curve of one arm over its seeds, one point per evaluation (on
 /// the training competitions where the runs drew them there).
-pub fn mean_curve(reports: &[TrainReport], arm: ArArm) -> Vec<CurvePoint> {
+pub fn mean_curve(reports: &[TrainReport], arm: Arm) -> Vec<CurvePoint> {
     let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.arm == arm).collect();
     let k = rs.iter().map(|r| r.evals.len()).min().unwrap_or(0);
     (0..k)
@@ -126,7 +130,7 @@ pub fn mean_curve(reports: &[TrainReport], arm: ArArm) -> Vec<CurvePoint> {
 pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
     use plotters::prelude::*;
     let err = |e: &dyn std::fmt::Display| Error::Config(format!("plot {}: {e}", path.display()));
-    let curves: Vec<(ArArm, Vec<CurvePoint>)> = ArArm::ALL
+    let curves: Vec<(Arm, Vec<CurvePoint>)> = AR_ARMS
         .iter()
         .map(|&a| (a, mean_curve(reports, a)))
         .filter(|(_, c)| !c.is_empty())
@@ -186,7 +190,7 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(|e| err(&e))?
-            .label(arm.name())
+            .label(ar_name(*arm))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
@@ -217,7 +221,7 @@ mod tests {
     #[test]
     fn curve_points_carry_the_interval_over_seeds() {
         let run = |seed, positions: &[f64]| TrainReport {
-            arm: ArArm::Real,
+            arm: Arm::Sparse,
             seed,
             evals: positions
                 .iter()
@@ -240,13 +244,13 @@ mod tests {
             run(1, &[0.2, 0.7]),
             run(2, &[0.2, 0.9]),
         ];
-        let c = mean_curve(&rs, ArArm::Real);
+        let c = mean_curve(&rs, Arm::Sparse);
         assert_eq!(c.len(), 2);
         assert!(c[0].ci95.abs() < 1e-12);
         assert!((c[1].position - 0.7).abs() < 1e-12);
         assert!((c[1].ci95 - mean_ci95(&[0.5, 0.7, 0.9]).1).abs() < 1e-12);
         assert!((c[1].cpu_secs - 11.0).abs() < 1e-12);
-        assert!(mean_curve(&rs, ArArm::Wm).is_empty());
+        assert!(mean_curve(&rs, Arm::DenseRaw).is_empty());
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         plot(&rs, &dir.path().join("p.png")).unwrap_or_else(|e| panic!("{e}"));
     }
@@ -300,7 +304,7 @@ impl BenchResult {
     /// plain-text details.
     pub fn markdown(&self) -> String {
         use wmrl_core::stats::MeanCi;
-        let by_seed = |arm: ArArm, f: &dyn Fn(&TrainReport) -> f64| -> Vec<(u64, f64)> {
+        let by_seed = |arm: Arm, f: &dyn Fn(&TrainReport) -> f64| -> Vec<(u64, f64)> {
             self.reports
                 .iter()
                 .filter(|r| r.arm == arm)
@@ -328,7 +332,7 @@ impl BenchResult {
             }));
             s += &format!(
                 "| {} | {} | {} | {:.3} | {} | {} | {:.0} | {:.0} |\n",
-                a.arm.name(),
+                ar_name(a.arm),
                 a.seeds,
                 cell(MeanCi::of(&values(&finals(a.arm))), false),
                 a.initial_position_mean,
@@ -340,14 +344,14 @@ impl BenchResult {
         }
         s += "\n## Paired differences (final held-out position, by seed)\n\n\
               | difference | seeds | position difference (95% t-interval) | verdict |\n|---|---|---|---|\n";
-        let arms: Vec<ArArm> = self.summary.iter().map(|a| a.arm).collect();
+        let arms: Vec<Arm> = self.summary.iter().map(|a| a.arm).collect();
         for (i, &a) in arms.iter().enumerate().rev() {
             for &b in arms[..i].iter().rev() {
                 if let Some(d) = MeanCi::paired(&finals(a), &finals(b)) {
                     s += &format!(
                         "| `{}` - `{}` | {} | {} | {} |\n",
-                        a.name(),
-                        b.name(),
+                        ar_name(a),
+                        ar_name(b),
                         d.n,
                         d.plain(3, true),
                         d.verdict()
@@ -373,7 +377,7 @@ impl BenchResult {
         for a in &self.summary {
             s += &format!(
                 "{:<6} {:>5} {:>8.3} ± {:<6.3}(from {:.3}) {:>12.1} ± {:<11.1} {:>10.0} {:>10.0}\n",
-                a.arm.name(),
+                ar_name(a.arm),
                 a.seeds,
                 a.position_mean,
                 a.position_ci95,
@@ -417,7 +421,7 @@ impl BenchResult {
                 .iter()
                 .map(|p| format!("{:.1}: {:.3}", p.cpu_secs, p.position))
                 .collect();
-            s += &format!("  {:<6} {}\n", a.arm.name(), pts.join(", "));
+            s += &format!("  {:<6} {}\n", ar_name(a.arm), pts.join(", "));
         }
         s += "per run (anchor-group disagreement, mean over the first quarter of steps -> the second half; 1 = no ranking):\n";
         for r in &self.reports {
@@ -451,7 +455,7 @@ impl BenchResult {
             };
             s += &format!(
                 "  {:<6} seed {}: position {:.3}, disagreement {} -> {}, max weight {:.2}, final entropy {}{refits}\n",
-                r.arm.name(),
+                ar_name(r.arm),
                 r.seed,
                 r.final_position(),
                 f(mean(&r.steps[..n.div_ceil(4).min(n)])),
@@ -534,8 +538,8 @@ pub fn run_bench(
     );
     let mut reports = Vec::new();
     for seed in 0..cfg.seeds {
-        for arm in ArArm::ALL {
-            let run = RunDir::in_bench(out, arm.name(), seed);
+        for arm in AR_ARMS {
+            let run = RunDir::in_bench(out, ar_name(arm), seed);
             let done = run.summary();
             if done.exists() {
                 let r: TrainReport = read_json(&done)?;
@@ -543,12 +547,12 @@ pub fn run_bench(
                     return Err(Error::Config(format!(
                         "{}: holds the run of arm {} seed {}, not {} seed {seed}",
                         done.display(),
-                        r.arm.name(),
+                        ar_name(r.arm),
                         r.seed,
-                        arm.name()
+                        ar_name(arm)
                     )));
                 }
-                tracing::info!(arm = arm.name(), seed, "finished run resumed");
+                tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
                 reports.push(r);
                 continue;
             }
@@ -569,7 +573,7 @@ pub fn run_bench(
                 Some(&refit),
             )?;
             tracing::info!(
-                arm = arm.name(),
+                arm = ar_name(arm),
                 seed,
                 position = r.final_position(),
                 cpu = r.ledger.real_cpu_seconds,
@@ -580,7 +584,7 @@ pub fn run_bench(
     }
     let summary = summarize(&reports);
     let get = |arm| summary.iter().find(|a| a.arm == arm);
-    let cpu_ratio_real_over_wmrl = match (get(ArArm::Real), get(ArArm::Wmrl)) {
+    let cpu_ratio_real_over_wmrl = match (get(Arm::Sparse), get(Arm::Wmrl)) {
         (Some(r), Some(w)) if w.train_cpu_secs_mean > 0.0 => {
             Some(r.train_cpu_secs_mean / w.train_cpu_secs_mean)
         }
@@ -597,7 +601,7 @@ pub fn run_bench(
             .collect()
     };
     let wmrl_minus_real =
-        wmrl_core::stats::MeanCi::paired(&finals(ArArm::Wmrl), &finals(ArArm::Real))
+        wmrl_core::stats::MeanCi::paired(&finals(Arm::Wmrl), &finals(Arm::Sparse))
             .map(|d| ci95_of(&d));
     plot(&reports, &out.join("score_vs_sandbox_cpu.png"))?;
     let res = BenchResult {
@@ -631,7 +635,7 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
             .find(|n| {
                 n.starts_with("predictor")
                     || n.ends_with(".report.json")
-                    || ArArm::from_name(n).is_some()
+                    || ar_arm_from_name(n).is_some()
             });
         if let Some(name) = stale {
             return Err(Error::Config(format!(

@@ -7,6 +7,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+pub mod arm;
 pub mod bench;
 pub mod code_features;
 pub mod collect;
@@ -26,9 +27,12 @@ pub mod solution;
 pub mod table;
 pub mod train;
 
+pub use arm::{AR_ARMS, ar_name, parse_ar_arm};
 pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite, Task};
 pub use error::{Error, Result};
 pub use grade::{Grade, Ladder, Rung, Submission, grade, leaderboard_position, position_score};
 pub use onnx_predictor::OnnxPredictor;
 pub use sandbox::{Exit, Isolation, PathViews, Run, RunReport, Sandbox, SandboxConfig};
-pub use train::{ArArm, TrainConfig, TrainReport, train};
+pub use train::{TrainConfig, TrainReport, train};
+/// The track's arms are the core's ([`arm`] names the three it runs).
+pub use wmrl_core::Arm;

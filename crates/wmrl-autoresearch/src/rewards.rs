@@ -26,16 +26,17 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use wmrl_core::{CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers};
+use wmrl_core::{Arm, CoreConfig, CorrectionLoop, Ledger, ScorerError, Scorers};
 
 use crate::Suite;
+use crate::arm::{ar_name, check_ar_arm, serde_ar_arm};
 use crate::code_features::code_input;
 use crate::competition::Competition;
 use crate::error::{Error, Result, io_err};
 use crate::execute::Executor;
 use crate::lock::FileLock;
 use crate::onnx_predictor::OnnxPredictor;
-use crate::train::{ArArm, charge_real, charge_world_model, execute_codes};
+use crate::train::{charge_real, charge_world_model, execute_codes};
 
 /// Version of the request and reply shapes; a request of another version
 /// is refused.
@@ -94,7 +95,9 @@ pub struct RewardConfig {
     /// `core.anchors.fraction` of all groups seen, kept over the stream of
     /// requests (a request of one group is executed every fourth time at
     /// 0.25; the per-step minimum `core.anchors.min_groups` does not apply).
-    pub arm: ArArm,
+    /// Written and read as `real`, `wm` or `wmrl` ([`crate::arm`]).
+    #[serde(with = "serde_ar_arm")]
+    pub arm: Arm,
     pub seed: u64,
     pub core: CoreConfig,
 }
@@ -159,14 +162,15 @@ impl RewardService {
         cfg: RewardConfig,
         state_path: Option<&Path>,
     ) -> Result<Self> {
-        if cfg.arm != ArArm::Real && predictor.is_none() {
+        check_ar_arm(cfg.arm).map_err(Error::Config)?;
+        if cfg.arm != Arm::Sparse && predictor.is_none() {
             return Err(Error::Config(format!(
                 "arm `{}` scores with the world model: give a code predictor",
-                cfg.arm.name()
+                ar_name(cfg.arm)
             )));
         }
         let predictor_id = match (&predictor, cfg.arm) {
-            (_, ArArm::Real) | (None, _) => None,
+            (_, Arm::Sparse) | (None, _) => None,
             (Some(p), _) => Some(PredictorId::of(p)?),
         };
         let lock = state_path.map(lock_state).transpose()?;
@@ -296,7 +300,7 @@ fn lock_state(state: &Path) -> Result<FileLock> {
 }
 
 fn new_state(cfg: RewardConfig, predictor: Option<PredictorId>) -> Result<State> {
-    let core = CorrectionLoop::new(cfg.core.clone(), cfg.arm.core(), cfg.seed)
+    let core = CorrectionLoop::new(cfg.core.clone(), cfg.arm, cfg.seed)
         .map_err(|e| Error::Config(e.to_string()))?
         .with_anchors_over_stream();
     // A request is a slice of one scarce stream: one whose groups are all

@@ -1,7 +1,8 @@
 //! GRPO training of the solution policy with wmrl-core's correction loop.
 //! Arms: `real` (every group executed in the sandbox: core `Sparse`), `wm`
 //! (the outcome predictor only: `DenseRaw`), `wmrl` (anchor groups executed,
-//! the rest predicted, isotonic calibration and anchor weight: `Wmrl`).
+//! the rest predicted, isotonic calibration and anchor weight: `Wmrl`),
+//! the track's names for these core arms ([`crate::arm`]).
 //! Training uses the suite's training competitions; evaluation executes
 //! policy samples on the held-out competitions and is charged to the
 //! ledger's `Eval` stage, never to training cost.
@@ -28,6 +29,7 @@ use wmrl_core::{
 };
 use wmrl_run::{cut_back, len_of};
 
+use crate::arm::{ar_name, check_ar_arm, serde_ar_arm};
 use crate::competition::{Competition, Split, Suite};
 use crate::error::{Error, Result, io_err};
 use crate::execute::{Executor, Outcome};
@@ -38,43 +40,6 @@ use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, in
 use crate::rundir::{append_jsonl, create_jsonl, settings_difference, write_json};
 use wmrl_run::RunDir;
 use wmrl_run::clock::process_cpu_secs;
-
-/// The three arms of the AutoResearch benchmark.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ArArm {
-    Real,
-    Wm,
-    Wmrl,
-}
-
-impl std::str::FromStr for ArArm {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        ArArm::from_name(s).ok_or_else(|| format!("unknown arm `{s}` (expected real, wm or wmrl)"))
-    }
-}
-
-impl ArArm {
-    pub const ALL: [ArArm; 3] = [ArArm::Real, ArArm::Wm, ArArm::Wmrl];
-    pub fn core(self) -> Arm {
-        match self {
-            ArArm::Real => Arm::Sparse,
-            ArArm::Wm => Arm::DenseRaw,
-            ArArm::Wmrl => Arm::Wmrl,
-        }
-    }
-    pub fn name(self) -> &'static str {
-        match self {
-            ArArm::Real => "real",
-            ArArm::Wm => "wm",
-            ArArm::Wmrl => "wmrl",
-        }
-    }
-    pub fn from_name(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|a| a.name() == s)
-    }
-}
 
 /// The core settings for this track's scale: the paper's calibration and
 /// weight warm-ups assume thousands of groups; a run here has about a
@@ -174,8 +139,8 @@ impl TrainConfig {
 
     /// Whether `arm` refits its predictor: only an arm that executes anchors
     /// has new outcomes to refit on.
-    pub fn refits(&self, arm: ArArm) -> bool {
-        self.core.refit.every > 0 && arm == ArArm::Wmrl
+    pub fn refits(&self, arm: Arm) -> bool {
+        self.core.refit.every > 0 && arm == Arm::Wmrl
     }
 }
 
@@ -276,7 +241,9 @@ pub struct StepLog {
 /// A finished run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainReport {
-    pub arm: ArArm,
+    /// Written and read as `real`, `wm` or `wmrl` ([`crate::arm`]).
+    #[serde(with = "serde_ar_arm")]
+    pub arm: Arm,
     pub seed: u64,
     pub evals: Vec<EvalPoint>,
     pub steps: Vec<StepLog>,
@@ -585,7 +552,7 @@ struct Candidate {
 /// (world model), and the solution policy's GRPO update.
 struct ArTrack<'a> {
     cfg: &'a TrainConfig,
-    arm: ArArm,
+    arm: Arm,
     seed: u64,
     suite: &'a Suite,
     executor: &'a Executor,
@@ -622,7 +589,8 @@ struct RunFiles<'a> {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Checkpoint {
     config: TrainConfig,
-    arm: ArArm,
+    #[serde(with = "serde_ar_arm")]
+    arm: Arm,
     seed: u64,
     step: usize,
     core: CorrectionLoop,
@@ -839,7 +807,7 @@ impl Track for ArTrack<'_> {
             ..c.record
         };
         tracing::info!(
-            arm = self.arm.name(),
+            arm = ar_name(self.arm),
             seed = self.seed,
             step = decision.step,
             accepted = decision.accepted,
@@ -960,13 +928,14 @@ impl Track for ArTrack<'_> {
     }
 }
 
-/// Train one arm with one seed. `predictor` (the exported ONNX file, scored
+/// Train one arm with one seed: `arm` one of [`crate::arm::AR_ARMS`] (any
+/// other core arm is refused). `predictor` (the exported ONNX file, scored
 /// through ONNX Runtime) is required for `wm` and `wmrl`. With `run`, the
 /// run's files go there ([`RunDir`]: config, step metrics and evaluations
 /// as they happen, then diagnostics and, last, the summary).
 pub fn train(
     cfg: &TrainConfig,
-    arm: ArArm,
+    arm: Arm,
     seed: u64,
     suite: &Suite,
     executor: &Executor,
@@ -983,7 +952,7 @@ pub fn train(
 #[allow(clippy::too_many_arguments)]
 pub fn train_with_refit(
     cfg: &TrainConfig,
-    arm: ArArm,
+    arm: Arm,
     seed: u64,
     suite: &Suite,
     executor: &Executor,
@@ -1015,13 +984,13 @@ pub fn train_with_refit(
         step_logs: Vec::new(),
         files,
     };
-    let core = CorrectionLoop::new(cfg.core.clone(), arm.core(), seed)?;
+    let core = CorrectionLoop::new(cfg.core.clone(), arm, seed)?;
     let resumed = resume.is_some();
     let mut run = match resume {
         Some(mut ck) => {
             restore_track(&mut track, &mut ck)?;
             tracing::info!(
-                arm = arm.name(),
+                arm = ar_name(arm),
                 seed,
                 step = ck.step,
                 "resumed from the checkpoint"
@@ -1042,7 +1011,7 @@ pub fn train_with_refit(
         if let Some(f) = run.track.files.as_mut() {
             append_jsonl(&mut f.metrics, &f.dir.metrics(), &log)?;
         }
-        tracing::info!(arm = arm.name(), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
+        tracing::info!(arm = ar_name(arm), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
         run.track.step_logs.push(log);
         Ok(())
     })?;
@@ -1068,17 +1037,18 @@ pub fn train_with_refit(
 #[allow(clippy::too_many_arguments)]
 fn check_inputs(
     cfg: &TrainConfig,
-    arm: ArArm,
+    arm: Arm,
     seed: u64,
     suite: &Suite,
     predictor: Option<&OnnxPredictor>,
     refit: Option<&PredictorRefit<'_>>,
     refits: bool,
 ) -> Result<Vec<usize>> {
-    if arm != ArArm::Real && predictor.is_none() {
+    check_ar_arm(arm).map_err(Error::Config)?;
+    if arm != Arm::Sparse && predictor.is_none() {
         return Err(Error::Config(format!(
             "arm {} needs an outcome predictor",
-            arm.name()
+            ar_name(arm)
         )));
     }
     match (refits, refit, predictor) {
@@ -1115,7 +1085,7 @@ fn check_inputs(
 fn read_resume(
     run_dir: Option<&RunDir>,
     cfg: &TrainConfig,
-    arm: ArArm,
+    arm: Arm,
     seed: u64,
 ) -> Result<Option<Checkpoint>> {
     // A run directory with a checkpoint and no summary is an interrupted
@@ -1128,9 +1098,9 @@ fn read_resume(
             let differs = if (ck.arm, ck.seed) != (arm, seed) {
                 Some(format!(
                     "arm {} seed {} then, arm {} seed {seed} now",
-                    ck.arm.name(),
+                    ar_name(ck.arm),
                     ck.seed,
-                    arm.name()
+                    ar_name(arm)
                 ))
             } else {
                 settings_difference(&ck.config, cfg, "steps", &path)?

@@ -13,7 +13,7 @@ use wmrl_autoresearch::execute::Executor;
 use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig};
 use wmrl_autoresearch::rewards::{PROTOCOL, RewardConfig, RewardRequest, RewardService};
 use wmrl_autoresearch::{
-    ArArm, Error, Isolation, Ladder, N_META, OnnxPredictor, Sandbox, SandboxConfig, Suite,
+    Arm, Error, Isolation, Ladder, N_META, OnnxPredictor, Sandbox, SandboxConfig, Suite,
 };
 
 fn runtime() -> bool {
@@ -57,7 +57,7 @@ fn config(fraction: f64) -> RewardConfig {
     let mut core = wmrl_autoresearch::train::small_scale_core();
     core.anchors.fraction = wmrl_core::AnchorFraction::new(fraction).unwrap();
     RewardConfig {
-        arm: ArArm::Wmrl,
+        arm: Arm::Wmrl,
         seed: 0,
         core,
     }

@@ -10,7 +10,9 @@ use wmrl_autoresearch::predictor::{Example, Predictor, PredictorConfig, Predicto
 use wmrl_autoresearch::train::{
     PredictorRefit, REFITS_FILE, RefitRecord, candidate_path, train_with_refit,
 };
-use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
+use wmrl_autoresearch::{
+    AR_ARMS, Arm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, ar_name, train,
+};
 
 /// The shipped suite, and an executor with a replay cache under `dir`.
 fn suite_and_executor(dir: &std::path::Path) -> (Suite, Executor) {
@@ -53,9 +55,9 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         eval_samples: 1,
         ..Default::default()
     };
-    for arm in ArArm::ALL {
+    for arm in AR_ARMS {
         // The run directory, laid out as the robot track's.
-        let run = wmrl_run::RunDir::in_bench(cache.path(), arm.name(), 7);
+        let run = wmrl_run::RunDir::in_bench(cache.path(), ar_name(arm), 7);
         let r = train(&cfg, arm, 7, &suite, &ex, Some(&onnx), Some(&run)).unwrap();
         let lines = |p: std::path::PathBuf| -> Vec<serde_json::Value> {
             std::fs::read_to_string(&p)
@@ -89,7 +91,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
             read(run.diagnostics())["steps"].as_array().map(Vec::len),
             Some(2)
         );
-        assert_eq!(r.evals.len(), 2, "{arm:?}");
+        assert_eq!(r.evals.len(), 2, "{}", ar_name(arm));
         // Evaluations before training and after the last step; step logs
         // count from 1.
         assert_eq!(r.evals.iter().map(|e| e.step).collect::<Vec<_>>(), [0, 2]);
@@ -97,21 +99,22 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         assert_eq!(r.steps.len(), 2);
         let l = &r.ledger;
         match arm {
-            ArArm::Real => {
+            Arm::Sparse => {
                 assert_eq!(l.real_executions, 8);
                 assert_eq!(l.wm_rollouts, 0);
                 assert!(l.real_cpu_seconds > 0.0);
             }
-            ArArm::Wm => {
+            Arm::DenseRaw => {
                 assert_eq!(l.real_executions, 0);
                 assert_eq!(l.real_cpu_seconds, 0.0);
                 assert_eq!(l.wm_rollouts, 8);
             }
-            ArArm::Wmrl => {
+            Arm::Wmrl => {
                 // anchor fraction 0.1 of 2 groups -> the minimum, 1 group of 2.
                 assert_eq!(l.real_executions, 4);
                 assert_eq!(l.wm_rollouts, 8);
             }
+            other => unreachable!("{other:?} is not an AutoResearch arm"),
         }
         // Both evaluations are the run's ends: held-out competitions read,
         // and the training competitions for the curve.
@@ -133,7 +136,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         eval_every: 2,
         ..cfg.clone()
     };
-    let on_train = train(&curve, ArArm::Real, 3, &suite, &ex, None, None).unwrap();
+    let on_train = train(&curve, Arm::Sparse, 3, &suite, &ex, None, None).unwrap();
     assert_eq!(
         on_train.evals.iter().map(|e| e.step).collect::<Vec<_>>(),
         [0, 2, 4]
@@ -152,7 +155,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         curve_on: wmrl_autoresearch::train::CurveOn::Heldout,
         ..curve.clone()
     };
-    let on_heldout = train(&legacy, ArArm::Real, 3, &suite, &ex, None, None).unwrap();
+    let on_heldout = train(&legacy, Arm::Sparse, 3, &suite, &ex, None, None).unwrap();
     assert!(on_heldout.evals.iter().all(|e| e.heldout().is_some()));
     assert!(
         on_heldout
@@ -181,7 +184,15 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         refit_predictor_every: 1,
         ..cfg.clone()
     };
-    assert!(train(&refit_cfg, ArArm::Wmrl, 7, &suite, &ex, Some(&onnx), None).is_err());
+    assert!(train(&refit_cfg, Arm::Wmrl, 7, &suite, &ex, Some(&onnx), None).is_err());
+    // The track runs the core's arms it names real, wm and wmrl only.
+    let err = train(&cfg, Arm::Mix, 7, &suite, &ex, Some(&onnx), None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`mix` is not an AutoResearch arm (expected real, wm or wmrl)"),
+        "{err}"
+    );
     // ... and with weights other than those the run scores with.
     let other = Predictor::new(64, 99).unwrap();
     let pcfg = PredictorConfig::default();
@@ -193,7 +204,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
     };
     let err = train_with_refit(
         &refit_cfg,
-        ArArm::Wmrl,
+        Arm::Wmrl,
         7,
         &suite,
         &ex,
@@ -239,11 +250,11 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     };
     let out = dir.path().join("bench");
     let first = run_bench(&cfg, &suite, &ex, &out).unwrap();
-    assert_eq!(first.reports.len(), ArArm::ALL.len());
+    assert_eq!(first.reports.len(), AR_ARMS.len());
     // report.md: a row per arm, every pair of arms paired by seed.
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    for arm in ArArm::ALL {
-        assert!(md.contains(&format!("| {} | 1 |", arm.name())), "{md}");
+    for arm in AR_ARMS {
+        assert!(md.contains(&format!("| {} | 1 |", ar_name(arm))), "{md}");
     }
     assert!(
         md.contains("| `wmrl` - `real` | 1 |") && md.contains("one seed: not resolved"),
@@ -272,12 +283,12 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     let again = run_bench(&cfg, &suite, &ex, &out).unwrap();
     assert!((again.predictor_data_cpu_secs - kept_cpu).abs() < 1e-9);
     assert!(again.predictor_data_cpu_secs < first.predictor_data_cpu_secs);
-    let wmrl = again.reports.iter().find(|r| r.arm == ArArm::Wmrl).unwrap();
+    let wmrl = again.reports.iter().find(|r| r.arm == Arm::Wmrl).unwrap();
     assert_eq!(wmrl.ledger.real_cpu_seconds, 12345.0);
     let real = |res: &wmrl_autoresearch::bench::BenchResult| {
         res.reports
             .iter()
-            .find(|r| r.arm == ArArm::Real)
+            .find(|r| r.arm == Arm::Sparse)
             .unwrap()
             .clone()
     };
@@ -325,7 +336,7 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
         ..Default::default()
     };
     let straight_dir = RunDir::new(dir.path().join("straight"));
-    let straight = train(&cfg, ArArm::Real, 3, &suite, &ex, None, Some(&straight_dir)).unwrap();
+    let straight = train(&cfg, Arm::Sparse, 3, &suite, &ex, None, Some(&straight_dir)).unwrap();
     assert!(straight_dir.checkpoint().join("state.json").exists());
     // A run stopped after its first step: a one-step run whose summary is
     // gone, and a half line its process wrote after the checkpoint.
@@ -334,7 +345,7 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
         steps: 1,
         ..cfg.clone()
     };
-    train(&one, ArArm::Real, 3, &suite, &ex, None, Some(&cut)).unwrap();
+    train(&one, Arm::Sparse, 3, &suite, &ex, None, Some(&cut)).unwrap();
     std::fs::remove_file(cut.summary()).unwrap();
     let mut m = std::fs::OpenOptions::new()
         .append(true)
@@ -352,7 +363,7 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
     std::fs::write(&state, v.to_string()).unwrap();
     // Continued to three steps, it ends where the uninterrupted run did
     // (the executor's replay cache gives both the same sandbox CPU-s).
-    let resumed = train(&cfg, ArArm::Real, 3, &suite, &ex, None, Some(&cut)).unwrap();
+    let resumed = train(&cfg, Arm::Sparse, 3, &suite, &ex, None, Some(&cut)).unwrap();
     assert_eq!(resumed.steps, straight.steps);
     assert_eq!(resumed.evals, straight.evals);
     assert_eq!(resumed.evals.len(), 4);
@@ -374,7 +385,7 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
         group_size: 3,
         ..cfg.clone()
     };
-    let err = train(&other, ArArm::Real, 3, &suite, &ex, None, Some(&cut))
+    let err = train(&other, Arm::Sparse, 3, &suite, &ex, None, Some(&cut))
         .unwrap_err()
         .to_string();
     assert!(err.contains("other settings"), "{err}");
@@ -445,7 +456,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
     // score with it), but the anchor rows are kept.
     let probe = train_with_refit(
         &refit_settings(1, true),
-        ArArm::Wmrl,
+        Arm::Wmrl,
         seed,
         &suite,
         &ex,
@@ -514,7 +525,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
         };
         let r = train_with_refit(
             cfg,
-            ArArm::Wmrl,
+            Arm::Wmrl,
             seed,
             &suite,
             &ex,
@@ -647,7 +658,7 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
         };
         train_with_refit(
             cfg,
-            ArArm::Wmrl,
+            Arm::Wmrl,
             11,
             &suite,
             &ex,
@@ -740,8 +751,12 @@ fn committed_autoresearch_settings_still_read() {
         if b.train.refit_predictor_every == 0 {
             assert_eq!(resolved, b.train, "{}: recorded resolved", cfg.display());
         }
-        for arm in ArArm::ALL {
-            let run = e.path().join(arm.name()).join("seed0").join("config.json");
+        for arm in AR_ARMS {
+            let run = e
+                .path()
+                .join(ar_name(arm))
+                .join("seed0")
+                .join("config.json");
             if run.exists() {
                 let t: TrainConfig = serde_json::from_str(&std::fs::read_to_string(&run).unwrap())
                     .unwrap_or_else(|e| panic!("{}: {e}", run.display()));

@@ -217,7 +217,10 @@ impl Default for AdvantageConfig {
 }
 
 /// The reward arms every benchmark compares (shared/METHOD.md, robot track).
-/// AutoResearch's `real`, `wm` and `wmrl` are `Sparse`, `DenseRaw`, `Wmrl`.
+/// AutoResearch's `real`, `wm` and `wmrl` are `Sparse`, `DenseRaw`, `Wmrl`:
+/// that track runs these three only and keeps its own names for them on the
+/// command line and in its files (`wmrl_autoresearch::arm`: `AR_ARMS`,
+/// `ar_name`, `parse_ar_arm`, `serde_ar_arm`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arm {

@@ -15,7 +15,9 @@ use wmrl_autoresearch::onnx_predictor::{OnnxPredictor, max_abs_diff};
 use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig};
 use wmrl_autoresearch::rewards::{RewardConfig, RewardService};
 use wmrl_autoresearch::sandbox::repo_root;
-use wmrl_autoresearch::{ArArm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, train};
+use wmrl_autoresearch::{
+    Arm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, ar_name, parse_ar_arm, train,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -148,8 +150,8 @@ pub enum Sub {
         #[arg(long, default_value = "127.0.0.1:8799")]
         bind: String,
         /// real (execute every group), wm (world model only) or wmrl.
-        #[arg(long, default_value = "wmrl")]
-        arm: ArArm,
+        #[arg(long, default_value = "wmrl", value_parser = parse_ar_arm)]
+        arm: Arm,
         /// Fraction of all groups executed in the sandbox (wmrl), in (0, 1],
         /// kept over the stream of requests.
         #[arg(long, default_value = "0.25")]
@@ -171,8 +173,8 @@ pub enum Sub {
     },
     /// Train the policy with one arm and one seed.
     Train {
-        #[arg(long, default_value = "wmrl")]
-        arm: ArArm,
+        #[arg(long, default_value = "wmrl", value_parser = parse_ar_arm)]
+        arm: Arm,
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Outcome predictor ONNX file, run through ONNX Runtime (required
@@ -484,21 +486,21 @@ fn fit_predictor(
 /// `autoresearch train`: one arm, one seed, its evaluations printed.
 fn train_one(
     cfg: &TrainConfig,
-    arm: ArArm,
+    arm: Arm,
     seed: u64,
     predictor: &Path,
     out: &Path,
     common: &Common,
 ) -> anyhow::Result<()> {
     let s = suite(common)?;
-    let pred = if arm == ArArm::Real {
+    let pred = if arm == Arm::Sparse {
         None
     } else {
         Some(OnnxPredictor::load(predictor).context(
             "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
         )?)
     };
-    let run = wmrl_run::RunDir::in_bench(out, arm.name(), seed);
+    let run = wmrl_run::RunDir::in_bench(out, ar_name(arm), seed);
     let work = common.work_root("train")?;
     let r = train(
         cfg,
@@ -537,7 +539,7 @@ fn serve_rewards(
     max_requests: u64,
     common: &Common,
 ) -> anyhow::Result<()> {
-    let pred = if cfg.arm == ArArm::Real {
+    let pred = if cfg.arm == Arm::Sparse {
         None
     } else {
         Some(
@@ -628,6 +630,44 @@ mod tests {
             panic!("parsed another subcommand");
         };
         assert!(anchor_fraction.is_all());
+    }
+
+    #[test]
+    fn arms_are_named_real_wm_and_wmrl_at_the_command_line() {
+        let train_arm = |args: &[&str]| {
+            let mut v = vec!["wmrl", "train"];
+            v.extend_from_slice(args);
+            match Cli::try_parse_from(v).map(|c| c.sub) {
+                Ok(Sub::Train { arm, .. }) => Ok(arm),
+                Ok(_) => panic!("parsed another subcommand"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        assert_eq!(train_arm(&[]), Ok(Arm::Wmrl));
+        for (name, arm) in [
+            ("real", Arm::Sparse),
+            ("wm", Arm::DenseRaw),
+            ("wmrl", Arm::Wmrl),
+        ] {
+            assert_eq!(train_arm(&["--arm", name]), Ok(arm));
+            let cli = Cli::try_parse_from(["wmrl", "serve-rewards", "--arm", name]).unwrap();
+            let Sub::ServeRewards { arm: served, .. } = cli.sub else {
+                panic!("parsed another subcommand");
+            };
+            assert_eq!(served, arm);
+        }
+        let cli = Cli::try_parse_from(["wmrl", "serve-rewards"]).unwrap();
+        assert!(matches!(cli.sub, Sub::ServeRewards { arm: Arm::Wmrl, .. }));
+        // The core's names for the other two are not the track's.
+        for bad in ["sparse", "dense_raw", "mix", "Real"] {
+            let err = train_arm(&["--arm", bad]).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "invalid value '{bad}' for '--arm <ARM>': unknown arm `{bad}` (expected real, wm or wmrl)"
+                )),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -279,11 +279,6 @@ impl MiniVla {
         &self.device
     }
 
-    /// The dtype its weights are held in.
-    pub fn dtype(&self) -> DType {
-        self.dtype
-    }
-
     /// Parameters loaded.
     pub fn n_params(&self) -> usize {
         self.n_params

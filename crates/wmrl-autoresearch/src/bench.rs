@@ -11,12 +11,22 @@ use crate::error::{Error, Result};
 use crate::rundir::{read_json, settings_difference, write_json};
 use crate::train::{StepLog, TrainReport};
 use wmrl_core::Arm;
-use wmrl_run::RunDir;
+use wmrl_run::bench::{BenchJob, BenchProgress, PairedTable, Report, Slot, fan_out};
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
 /// the robot track's too); NaN for no values, a NaN half-width for one.
 pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
     wmrl_core::stats::MeanCi::of(xs).map_or((f64::NAN, f64::NAN), |c| ci95_of(&c))
+}
+
+/// Paired by seed: arm `a`'s final held-out position minus arm `b`'s.
+pub fn final_difference(
+    reports: &[TrainReport],
+    a: Arm,
+    b: Arm,
+) -> Option<wmrl_core::stats::MeanCi> {
+    let of = |arm: Arm| -> Vec<&TrainReport> { reports.iter().filter(|r| r.arm == arm).collect() };
+    wmrl_run::bench::paired(&of(a), &of(b), |r| Some((r.seed, r.final_position())))
 }
 
 /// [`mean_ci95`]'s pair from an interval.
@@ -302,7 +312,7 @@ impl BenchResult {
     /// report.md: the arms with intervals over seeds, every pair of arms
     /// paired by seed with a verdict (the robot bench's words), and the
     /// plain-text details.
-    pub fn markdown(&self) -> String {
+    pub fn report(&self) -> Report {
         use wmrl_core::stats::MeanCi;
         let by_seed = |arm: Arm, f: &dyn Fn(&TrainReport) -> f64| -> Vec<(u64, f64)> {
             self.reports
@@ -315,14 +325,19 @@ impl BenchResult {
         let starts = |arm| by_seed(arm, &|r: &TrainReport| r.start_position());
         let cell = |c: Option<MeanCi>, signed| c.map_or("-".into(), |c| c.plain(3, signed));
         let values = |v: &[(u64, f64)]| v.iter().map(|x| x.1).collect::<Vec<_>>();
-        let mut s = String::from(
-            "# wmrl autoresearch bench\n\nEvery number below was produced by `wmrl autoresearch bench` \
+        let mut report = Report::new(
+            "wmrl autoresearch bench",
+            &[
+                "Every number below was produced by `wmrl autoresearch bench` \
              from the run directories beside this file (`<arm>/seed<k>/`). A run's figure is its \
              final held-out mean position score (leaderboard position, invalid solutions count 0) \
              over sampled solutions on every held-out competition; `start` is the same measure \
              before training, and gains are paired with it by seed. Intervals are 95% Student-t \
-             intervals over seeds.\n\n## Held-out position\n\n\
-             | arm | seeds | final position (95% CI) | start | gain over start (95% CI) | \
+             intervals over seeds.",
+            ],
+        );
+        let mut table = String::from(
+            "| arm | seeds | final position (95% CI) | start | gain over start (95% CI) | \
              training sandbox CPU-s (95% CI) | executions | world-model scores |\n\
              |---|---|---|---|---|---|---|---|\n",
         );
@@ -330,7 +345,7 @@ impl BenchResult {
             let cpu = values(&by_seed(a.arm, &|r: &TrainReport| {
                 r.ledger.real_cpu_seconds
             }));
-            s += &format!(
+            table += &format!(
                 "| {} | {} | {} | {:.3} | {} | {} | {:.0} | {:.0} |\n",
                 ar_name(a.arm),
                 a.seeds,
@@ -342,30 +357,35 @@ impl BenchResult {
                 a.wm_rollouts_mean,
             );
         }
-        s += "\n## Paired differences (final held-out position, by seed)\n\n\
-              | difference | seeds | position difference (95% t-interval) | verdict |\n|---|---|---|---|\n";
+        report.section("Held-out position", &table);
+        let mut paired = PairedTable::default();
         let arms: Vec<Arm> = self.summary.iter().map(|a| a.arm).collect();
         for (i, &a) in arms.iter().enumerate().rev() {
             for &b in arms[..i].iter().rev() {
-                if let Some(d) = MeanCi::paired(&finals(a), &finals(b)) {
-                    s += &format!(
-                        "| `{}` - `{}` | {} | {} | {} |\n",
+                if let Some(d) = final_difference(&self.reports, a, b) {
+                    paired.row(
                         ar_name(a),
                         ar_name(b),
                         d.n,
-                        d.plain(3, true),
-                        d.verdict()
+                        &[d.plain(3, true), d.verdict().into()],
                     );
                 }
             }
         }
-        s += &format!(
-            "\n## Details (as `wmrl autoresearch bench` prints them)\n\n```text\n{}```\n\n\
-             ![{} position against training sandbox CPU-seconds](score_vs_sandbox_cpu.png)\n",
-            self.table(),
-            curve_label(&self.reports)
+        report.section(
+            "Paired differences (final held-out position, by seed)",
+            &paired.markdown(&["position difference (95% t-interval)", "verdict"]),
         );
-        s
+        report.section(
+            "Details (as `wmrl autoresearch bench` prints them)",
+            &format!(
+                "```text\n{}```\n\n\
+                 ![{} position against training sandbox CPU-seconds](score_vs_sandbox_cpu.png)",
+                self.table(),
+                curve_label(&self.reports)
+            ),
+        );
+        report
     }
 
     /// The summary as a plain-text table.
@@ -536,52 +556,71 @@ pub fn run_bench(
         ?predictor_heldout,
         "predictor scored through ONNX Runtime"
     );
+    let names = AR_ARMS.map(ar_name);
+    let seeds: Vec<u64> = (0..cfg.seeds).collect();
+    let slots = fan_out(out, &names, &seeds);
+    let todo: Vec<BenchJob> = slots
+        .iter()
+        .filter(|x| !x.finished())
+        .map(|x| BenchJob {
+            name: format!("{}-seed{}", names[x.arm], x.seed),
+            run: x.run.clone(),
+            steps: cfg.train.steps as u64,
+            resumed: x.run.checkpoint().join("state.json").exists(),
+        })
+        .collect();
+    let progress = BenchProgress::new("autoresearch bench", &todo, true);
+    let mut todo = todo.iter();
     let mut reports = Vec::new();
-    for seed in 0..cfg.seeds {
-        for arm in AR_ARMS {
-            let run = RunDir::in_bench(out, ar_name(arm), seed);
-            let done = run.summary();
-            if done.exists() {
-                let r: TrainReport = read_json(&done)?;
-                if r.arm != arm || r.seed != seed {
-                    return Err(Error::Config(format!(
-                        "{}: holds the run of arm {} seed {}, not {} seed {seed}",
-                        done.display(),
-                        ar_name(r.arm),
-                        r.seed,
-                        ar_name(arm)
-                    )));
-                }
-                tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
-                reports.push(r);
-                continue;
+    for Slot { arm, seed, run } in slots {
+        let arm = AR_ARMS[arm];
+        let done = run.summary();
+        if done.exists() {
+            let r: TrainReport = read_json(&done)?;
+            if r.arm != arm || r.seed != seed {
+                return Err(Error::Config(format!(
+                    "{}: holds the run of arm {} seed {}, not {} seed {seed}",
+                    done.display(),
+                    ar_name(r.arm),
+                    r.seed,
+                    ar_name(arm)
+                )));
             }
-            let refit = crate::train::PredictorRefit {
-                predictor: &pred,
-                data: &train_data,
-                config: &cfg.predictor,
-                onnx_path: run.predictor(),
-            };
-            let r = crate::train::train_with_refit(
-                &cfg.train,
-                arm,
-                seed,
-                suite,
-                ex,
-                Some(&onnx),
-                Some(&run),
-                Some(&refit),
-            )?;
-            tracing::info!(
-                arm = ar_name(arm),
-                seed,
-                position = r.final_position(),
-                cpu = r.ledger.real_cpu_seconds,
-                "run done"
-            );
+            tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
             reports.push(r);
+            continue;
         }
+        let job = todo
+            .next()
+            .ok_or_else(|| Error::Config("bench plan".into()))?;
+        progress.started(job);
+        let refit = crate::train::PredictorRefit {
+            predictor: &pred,
+            data: &train_data,
+            config: &cfg.predictor,
+            onnx_path: run.predictor(),
+        };
+        let r = crate::train::train_with_refit(
+            &cfg.train,
+            arm,
+            seed,
+            suite,
+            ex,
+            Some(&onnx),
+            Some(&run),
+            Some(&refit),
+        )?;
+        progress.ended(job);
+        tracing::info!(
+            arm = ar_name(arm),
+            seed,
+            position = r.final_position(),
+            cpu = r.ledger.real_cpu_seconds,
+            "run done"
+        );
+        reports.push(r);
     }
+    progress.finish();
     let summary = summarize(&reports);
     let get = |arm| summary.iter().find(|a| a.arm == arm);
     let cpu_ratio_real_over_wmrl = match (get(Arm::Sparse), get(Arm::Wmrl)) {
@@ -590,19 +629,7 @@ pub fn run_bench(
         }
         _ => None,
     };
-    let finals = |arm| -> Vec<(u64, f64)> {
-        (0..cfg.seeds)
-            .filter_map(|sd| {
-                reports
-                    .iter()
-                    .find(|x: &&TrainReport| x.arm == arm && x.seed == sd)
-                    .map(|x| (sd, x.final_position()))
-            })
-            .collect()
-    };
-    let wmrl_minus_real =
-        wmrl_core::stats::MeanCi::paired(&finals(Arm::Wmrl), &finals(Arm::Sparse))
-            .map(|d| ci95_of(&d));
+    let wmrl_minus_real = final_difference(&reports, Arm::Wmrl, Arm::Sparse).map(|d| ci95_of(&d));
     plot(&reports, &out.join("score_vs_sandbox_cpu.png"))?;
     let res = BenchResult {
         config: cfg.clone(),
@@ -616,8 +643,7 @@ pub fn run_bench(
         wmrl_minus_real,
     };
     write_json(&out.join("bench.json"), &res)?;
-    let md = out.join("report.md");
-    std::fs::write(&md, res.markdown()).map_err(crate::error::io_err(&md))?;
+    res.report().write(out)?;
     Ok(res)
 }
 

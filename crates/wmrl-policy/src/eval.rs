@@ -198,7 +198,7 @@ struct Keeper<'a> {
     cfg: &'a EvalConfig,
     spec: &'a wmrl_env::EnvSpec,
     requests: &'a [ResetRequest],
-    progress: Option<&'a crate::Progress>,
+    progress: Option<&'a wmrl_run::Progress>,
     gif_eps: Vec<usize>,
     running: Vec<Option<Running>>,
     results: Vec<Option<EpisodeResult>>,
@@ -347,7 +347,7 @@ pub fn evaluate_with_progress(
     policy: &dyn crate::ActionPolicy,
     env: &mut dyn VecEnv,
     cfg: &EvalConfig,
-    progress: Option<&crate::Progress>,
+    progress: Option<&wmrl_run::Progress>,
 ) -> Result<EvalReport> {
     let t0 = Instant::now();
     let spec = env.spec().clone();

@@ -32,7 +32,6 @@ mod model;
 mod optim;
 mod params;
 mod policy;
-pub mod progress;
 mod runconfig;
 mod sft;
 
@@ -59,7 +58,6 @@ pub use learner::{
 pub use model::PreparedInputs;
 pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
 pub use policy::{Policy, Sample, TokenStats, sample_row};
-pub use progress::Progress;
 pub use runconfig::{RunConfig, apply_overrides};
 pub use sft::{PROPRIO_STD_FLOOR, SftConfig, SftDataset, SftReport, can_resume, train_sft};
 

@@ -277,7 +277,7 @@ pub fn train_sft(
         .append(true)
         .open(&metrics_path)
         .map_err(|e| io_err(&metrics_path, e))?;
-    let bar = crate::Progress::new("sft", cfg.steps as u64, "steps", progress);
+    let bar = wmrl_run::Progress::new("sft", cfg.steps as u64, "steps", progress);
     bar.set_position(start as u64);
     let t0 = Instant::now();
     let (mut ema_loss, mut ema_acc) = (f64::NAN, f64::NAN);

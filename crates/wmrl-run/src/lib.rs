@@ -9,10 +9,17 @@
 //!   checkpoint's length) and atomic writes;
 //! - [`rundir`]: the run directory both tracks write, and where a bench
 //!   keeps each run (`<out>/<arm>/seed<k>/`);
-//! - [`clock`]: the wall and process-CPU time every ledger records.
+//! - [`clock`]: the wall and process-CPU time every ledger records;
+//! - [`progress`]: progress of long work, a bar on a terminal and plain
+//!   lines in a log;
+//! - [`bench`]: what both tracks' benches share: the `<arm>/seed<k>`
+//!   fan-out and resume, progress in training steps across runs, pairing by
+//!   seed and the skeleton of report.md.
 
+pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod progress;
 pub mod records;
 pub mod rundir;
 
@@ -20,5 +27,6 @@ pub use config::{
     ConfigError, apply_set, differing_key, first_difference, load, load_optional, parse, read_doc,
     value_at,
 };
+pub use progress::Progress;
 pub use records::{RecordError, append, atomic_write, cut_back, len_of, read_all};
 pub use rundir::RunDir;

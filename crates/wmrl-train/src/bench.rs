@@ -9,12 +9,14 @@ use std::path::{Path, PathBuf};
 
 use wmrl_core::Arm;
 
-use crate::confirm::{Confirm, confirm_section};
+use crate::confirm::{CONFIRM_HEADING, Confirm, confirm_section};
 use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::plot::{Series, line_plot};
 use crate::trainer::{RunSummary, read_summary};
 use crate::{Result, TrainError};
 use wmrl_core::stats::MeanCi;
+use wmrl_run::RunDir;
+use wmrl_run::bench::{PairedTable, Report};
 
 /// One column of a bench: a reward arm under a name, with its own config
 /// overrides (`wmrl` with free labels and `anchor_reward = "mix"`, say).
@@ -78,11 +80,6 @@ impl BenchArm {
     }
 }
 
-/// The run directory of one (bench arm, seed).
-pub fn run_dir(bench: &Path, name: &str, seed: u64) -> PathBuf {
-    wmrl_run::RunDir::in_bench(bench, name, seed).dir
-}
-
 /// The directory of the bench's one evaluation of the shared start (a
 /// zero-step run): every arm and seed starts from that policy and is
 /// evaluated on the same episodes, so it is evaluated once.
@@ -93,34 +90,22 @@ pub fn start_dir(bench: &Path) -> PathBuf {
 /// Paired differences `a - b` over the seeds both finished (held-out
 /// greedy success), with a 95% t-interval.
 pub fn paired(a: &ArmResult, b: &ArmResult) -> Option<MeanCi> {
-    paired_by(a, b, |r| Some(r.heldout.rate))
+    wmrl_run::bench::paired(&a.runs, &b.runs, |r| Some((r.seed, r.heldout.rate)))
 }
 
 /// [`paired`] on the paper's sampled measure, over the seeds where both
 /// runs took it.
 pub fn paired_sampled(a: &ArmResult, b: &ArmResult) -> Option<MeanCi> {
-    paired_by(a, b, |r| r.heldout_sampled.as_ref().map(|x| x.rate))
-}
-
-fn paired_by(
-    a: &ArmResult,
-    b: &ArmResult,
-    f: impl Fn(&RunSummary) -> Option<f64>,
-) -> Option<MeanCi> {
-    let values = |r: &ArmResult| -> Vec<(u64, f64)> {
-        r.runs
-            .iter()
-            .filter_map(|x| Some((x.seed, f(x)?)))
-            .collect()
-    };
-    MeanCi::paired(&values(a), &values(b))
+    wmrl_run::bench::paired(&a.runs, &b.runs, |r| {
+        r.heldout_sampled.as_ref().map(|x| (r.seed, x.rate))
+    })
 }
 
 /// Held-out curve points of one run: the periodic `curve` evaluations (the
 /// start's, from the bench's start run, when the run did not evaluate its
 /// own step 0), falling back to `heldout` records of older runs.
-fn curve_points(dir: &Path, start: &[EvalRecord]) -> Result<Vec<(f64, f64)>> {
-    let evals: Vec<EvalRecord> = wmrl_run::read_all(&dir.join("eval.jsonl"))?;
+fn curve_points(run: &RunDir, start: &[EvalRecord]) -> Result<Vec<(f64, f64)>> {
+    let evals: Vec<EvalRecord> = wmrl_run::read_all(&run.eval())?;
     let mut ev: Vec<&EvalRecord> = evals.iter().filter(|e| e.split == "curve").collect();
     if ev.is_empty() {
         ev = evals.iter().filter(|e| e.split == "heldout").collect();
@@ -176,9 +161,9 @@ pub fn collect_results(bench: &Path, arms: &[BenchArm], seeds: &[u64]) -> Result
         // cannot be read is an error, not a seed silently left out.
         let runs: Vec<RunSummary> = seeds
             .iter()
-            .map(|&s| run_dir(bench, &spec.name, s))
-            .filter(|d| d.join("summary.json").exists())
-            .map(|d| read_summary(&d))
+            .map(|&s| RunDir::in_bench(bench, &spec.name, s))
+            .filter(|r| r.summary().exists())
+            .map(|r| read_summary(&r.dir))
             .collect::<Result<_>>()?;
         if runs.is_empty() {
             continue;
@@ -250,48 +235,50 @@ pub fn write_report(
     let start_evals: Vec<EvalRecord> =
         wmrl_run::read_all(&start_dir(bench).join("eval.jsonl")).unwrap_or_default();
     let table = success_table(&results, start.as_ref());
-    let paired_md = paired_rows(&results);
-    let overlaps = overlap_lines(&results);
     write_curves(bench, &results, seeds, &start_evals)?;
-    let calib_note = calibration_note(bench, &results, seeds)?;
-    let diag = diagnostics_rows(&results);
-    let phases = phase_rows(&results);
     let states = states_line(&results);
-    let mut md = String::new();
-    let _ = writeln!(md, "# {title}\n");
-    let _ = writeln!(md, "{states}");
-    let _ = writeln!(
-        md,
-        "Every number below was produced by `wmrl bench` from the run directories beside this file. Success rates are real simulator successes on held-out initial states (and on the training states for in-domain); intervals are 95% Student-t intervals over seeds.\n"
+    let mut report = Report::new(
+        title,
+        &[
+            states.trim_end(),
+            "Every number below was produced by `wmrl bench` from the run directories beside this file. Success rates are real simulator successes on held-out initial states (and on the training states for in-domain); intervals are 95% Student-t intervals over seeds.",
+        ],
     );
-    let _ = writeln!(
-        md,
-        "## Success rate\n\nA run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"
+    report.section(
+        "Success rate",
+        &format!("A run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"),
     );
     let confirmed = confirm_section(&results, confirms, seeds.len())?;
     if !confirmed.is_empty() {
-        let _ = writeln!(md, "{confirmed}");
+        report.section(CONFIRM_HEADING, &confirmed);
     }
-    let _ = writeln!(
-        md,
-        "## Paired differences (held-out, by seed)\n\n| difference | seeds | greedy, points (95% t-interval) | verdict | sampled, points (95% t-interval) | verdict |\n|---|---|---|---|---|---|\n{paired_md}"
+    report.section(
+        "Paired differences (held-out, by seed)",
+        &paired_rows(&results).markdown(&[
+            "greedy, points (95% t-interval)",
+            "verdict",
+            "sampled, points (95% t-interval)",
+            "verdict",
+        ]),
     );
-    let _ = writeln!(md, "## Where intervals overlap\n\n{overlaps}");
-    let _ = writeln!(
-        md,
-        "## Where the time goes\n\nSeconds per training rollout by phase, from each run's ledger: process CPU seconds (`clock` CPU) where the runs measured them, else wall seconds (`clock` wall; runs before 2026-12-03). Simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes; then seconds per evaluation episode.\n\n| arm | clock | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|---|\n{phases}"
+    report.section("Where intervals overlap", &overlap_lines(&results));
+    report.section(
+        "Where the time goes",
+        &format!("Seconds per training rollout by phase, from each run's ledger: process CPU seconds (`clock` CPU) where the runs measured them, else wall seconds (`clock` wall; runs before 2026-12-03). Simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes; then seconds per evaluation episode.\n\n| arm | clock | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|---|\n{}", phase_rows(&results)),
     );
-    let _ = writeln!(
-        md,
-        "## Curves\n\n![success vs step](success_vs_step.png)\n\n![success vs labels](success_vs_labels.png)\n\n![batch success](batch_success_vs_step.png)\n\n![anchor weight](anchor_weight.png)\n"
+    report.section(
+        "Curves",
+        "![success vs step](success_vs_step.png)\n\n![success vs labels](success_vs_labels.png)\n\n![batch success](batch_success_vs_step.png)\n\n![anchor weight](anchor_weight.png)\n",
     );
-    let _ = writeln!(md, "## Calibration\n\n{calib_note}\n");
-    let _ = writeln!(
-        md,
-        "## Diagnostics of the unvalidated assumption (METHOD.md)\n\nWM AUROC: how often the raw world-model score ranks an anchor rollout that succeeded above one that failed (0.5 is chance; the world model's quality on the policy's own rollouts).\n\n| arm | seed | anchor pairs | WM AUROC | distortion monotone | min level coverage | map shift early/late | disagreement first -> last | weight at w_max |\n|---|---|---|---|---|---|---|---|---|\n{diag}"
+    report.section(
+        "Calibration",
+        &format!("{}\n", calibration_note(bench, &results, seeds)?),
     );
-    let path = bench.join("report.md");
-    std::fs::write(&path, &md).map_err(crate::error::io_err(&path))?;
+    report.section(
+        "Diagnostics of the unvalidated assumption (METHOD.md)",
+        &format!("WM AUROC: how often the raw world-model score ranks an anchor rollout that succeeded above one that failed (0.5 is chance; the world model's quality on the policy's own rollouts).\n\n| arm | seed | anchor pairs | WM AUROC | distortion monotone | min level coverage | map shift early/late | disagreement first -> last | weight at w_max |\n|---|---|---|---|---|---|---|---|---|\n{}", diagnostics_rows(&results)),
+    );
+    report.write(bench)?;
     Ok(table)
 }
 
@@ -359,12 +346,12 @@ fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
     table
 }
 
-fn paired_rows(results: &[ArmResult]) -> String {
+fn paired_rows(results: &[ArmResult]) -> PairedTable {
     // Paired differences by seed: every arm against full-label `sparse` and
     // the shuffled control, `wmrl` against `sparse_scarce` at equal labels,
     // and every other world-model arm against `dense_raw` (what anchors and
     // calibration add over the raw score).
-    let mut paired_md = String::new();
+    let mut table = PairedTable::default();
     let find = |name: &str| results.iter().find(|r| r.name == name);
     let mut pairs: Vec<(&str, &str)> = Vec::new();
     for base in ["sparse", "sparse_shuffled", "sparse_scarce", "dense_raw"] {
@@ -385,20 +372,20 @@ fn paired_rows(results: &[ArmResult]) -> String {
         if let (Some(ra), Some(rb)) = (find(a), find(b))
             && let Some(d) = paired(ra, rb)
         {
-            let sampled = paired_sampled(ra, rb).map_or("- | -".into(), |s| {
-                format!("{} | {}", s.points(), s.verdict())
-            });
-            let _ = writeln!(
-                paired_md,
-                "| `{a}` - `{b}` | {} | {} | {} | {sampled} |",
+            let (sampled, sampled_verdict) = paired_sampled(ra, rb)
+                .map_or(("-".into(), "-".into()), |s| {
+                    (s.points(), s.verdict().to_string())
+                });
+            table.row(
+                a,
+                b,
                 d.n,
-                d.points(),
-                d.verdict()
+                &[d.points(), d.verdict().into(), sampled, sampled_verdict],
             );
         }
     }
 
-    paired_md
+    table
 }
 
 fn overlap_lines(results: &[ArmResult]) -> String {
@@ -439,12 +426,12 @@ fn write_curves(
         let mut per_run_w = Vec::new();
         let mut per_run_batch = Vec::new();
         for s in seeds {
-            let dir = run_dir(bench, &r.name, *s);
-            if !dir.join("summary.json").exists() {
+            let run = RunDir::in_bench(bench, &r.name, *s);
+            if !run.summary().exists() {
                 continue;
             }
-            per_run_eval.push(curve_points(&dir, start_evals)?);
-            let evals: Vec<EvalRecord> = wmrl_run::read_all(&dir.join("eval.jsonl"))?;
+            per_run_eval.push(curve_points(&run, start_evals)?);
+            let evals: Vec<EvalRecord> = wmrl_run::read_all(&run.eval())?;
             let split = if evals.iter().any(|e| e.split == "curve") {
                 "curve"
             } else {
@@ -457,7 +444,7 @@ fn write_curves(
                     .map(|e| (e.labels_cumulative as f64, e.success))
                     .collect(),
             );
-            let ms: Vec<StepMetrics> = wmrl_run::read_all(&dir.join("metrics.jsonl"))?;
+            let ms: Vec<StepMetrics> = wmrl_run::read_all(&run.metrics())?;
             per_run_w.push(
                 ms.iter()
                     .map(|m| (m.step as f64, m.anchor_weight))
@@ -532,7 +519,7 @@ fn calibration_note(bench: &Path, results: &[ArmResult], seeds: &[u64]) -> Resul
         && let Some(s) = seeds.first()
     {
         let snaps: Vec<CalibrationSnapshot> =
-            wmrl_run::read_all(&run_dir(bench, &r.name, *s).join("calibration.jsonl"))?;
+            wmrl_run::read_all(&RunDir::in_bench(bench, &r.name, *s).calibration())?;
         if !snaps.is_empty() {
             let series: Vec<Series> = snaps
                 .iter()

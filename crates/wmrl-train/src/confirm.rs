@@ -172,7 +172,11 @@ fn values(r: &ArmResult, sampled: bool) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// The section of report.md for the confirmatory comparisons (empty without
+/// The heading of report.md's section on the confirmatory comparisons.
+pub const CONFIRM_HEADING: &str = "Confirmatory comparisons (decided before the runs)";
+
+/// The body of report.md's section [`CONFIRM_HEADING`] (empty: no
+/// comparisons were given). For the bench's pre-registered comparisons (if
 /// any): each pair's paired difference by seed on the primary measure at
 /// 95% and at the family's Bonferroni level, and whether its criteria hold
 /// at each. With fewer finished seeds than planned a comparison is
@@ -246,7 +250,7 @@ pub fn confirm_section(
         "sampled success where both arms took it, else greedy success (per row)".to_string()
     };
     Ok(format!(
-        "## Confirmatory comparisons (decided before the runs)\n\n{k} comparisons given to `wmrl bench --confirm`, on {measure}, paired by seed, in percentage points: each with its 95% Student-t interval and with the family's Bonferroni interval at {:.2}% (1 - 0.05/{k}). A comparison is met when every criterion holds for its interval; it is judged only once all {planned_seeds} planned seeds have finished. Every other comparison in this report is exploratory.\n\n| comparison | criterion | seeds | difference, points (95%) | difference, points ({:.2}%) | verdict |\n|---|---|---|---|---|---|\n{rows}",
+        "{k} comparisons given to `wmrl bench --confirm`, on {measure}, paired by seed, in percentage points: each with its 95% Student-t interval and with the family's Bonferroni interval at {:.2}% (1 - 0.05/{k}). A comparison is met when every criterion holds for its interval; it is judged only once all {planned_seeds} planned seeds have finished. Every other comparison in this report is exploratory.\n\n| comparison | criterion | seeds | difference, points (95%) | difference, points ({:.2}%) | verdict |\n|---|---|---|---|---|---|\n{rows}",
         100.0 * family,
         100.0 * family,
     ))

@@ -1,9 +1,10 @@
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Child;
 
 use anyhow::Context;
-use wmrl_policy::Progress;
-use wmrl_train::bench::{BenchArm, parse_arms, run_dir, start_dir, write_report};
+use wmrl_run::RunDir;
+use wmrl_run::bench::{BenchJob, BenchProgress, fan_out};
+use wmrl_train::bench::{BenchArm, parse_arms, start_dir, write_report};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -105,7 +106,7 @@ fn resolved(
 fn place(args: &Args, arm: Option<&BenchArm>, seed: u64) -> (PathBuf, String) {
     match arm {
         Some(a) => (
-            run_dir(&args.out, &a.name, seed),
+            RunDir::in_bench(&args.out, &a.name, seed).dir,
             format!("{}-seed{seed}", a.name),
         ),
         None => (start_dir(&args.out), "start".to_string()),
@@ -153,16 +154,6 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
         fresh: None,
         steps: have.steps as u64,
     })
-}
-
-/// Training steps a run directory has finished so far (the lines of its
-/// metrics.jsonl, at most `steps`; a fresh job's directory is cleared when
-/// it starts, so it counts from 0 then).
-fn steps_done(dir: &Path, steps: u64) -> u64 {
-    let n = std::fs::read(dir.join("metrics.jsonl"))
-        .map(|b| b.iter().filter(|&&c| c == b'\n').count() as u64)
-        .unwrap_or(0);
-    n.min(steps)
 }
 
 /// Start one `wmrl train` child for `job`.
@@ -248,19 +239,14 @@ fn plan<'a>(args: &Args, arms: &'a [BenchArm], seeds: &[u64]) -> anyhow::Result<
     if !start_dir(&args.out).join("summary.json").exists() {
         todo.push(job(args, None, 0).context("the start run")?);
     }
-    // Seed-major: an interrupted bench has every arm of its first seeds
-    // finished (paired comparisons), not every seed of its first arms.
-    for &s in seeds {
-        for arm in arms {
-            if !run_dir(&args.out, &arm.name, s)
-                .join("summary.json")
-                .exists()
-            {
-                todo.push(
-                    job(args, Some(arm), s)
-                        .with_context(|| format!("bench arm `{}` seed {s}", arm.name))?,
-                );
-            }
+    let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
+    for slot in fan_out(&args.out, &names, seeds) {
+        if !slot.finished() {
+            let (arm, s) = (&arms[slot.arm], slot.seed);
+            todo.push(
+                job(args, Some(arm), s)
+                    .with_context(|| format!("bench arm `{}` seed {s}", arm.name))?,
+            );
         }
     }
     // Runs that read the world model need ONNX Runtime: a machine without
@@ -277,39 +263,38 @@ fn plan<'a>(args: &Args, arms: &'a [BenchArm], seeds: &[u64]) -> anyhow::Result<
     Ok(todo)
 }
 
+/// What progress counts of `job`.
+fn progress_job(args: &Args, job: &Job) -> BenchJob {
+    let (dir, name) = place(args, job.arm, job.seed);
+    BenchJob {
+        name,
+        run: RunDir::new(dir),
+        steps: job.steps,
+        resumed: job.fresh.is_none(),
+    }
+}
+
 /// Run `todo` with `--jobs` children at a time, showing progress in
 /// training steps; returns the runs that failed (the others go on).
 fn execute(args: &Args, todo: Vec<Job<'_>>) -> anyhow::Result<Vec<String>> {
-    // Progress in training steps across the runs, so that the rate and ETA
-    // move while a long run works (a run counts as done steps only from its
-    // metrics.jsonl; a resumed run's finished steps are not this session's).
-    let total: u64 = todo.iter().map(|j| j.steps).sum();
-    let (n_runs, mut runs_done) = (todo.len(), 0usize);
-    let bar = Progress::new("bench", total, "steps", true);
-    let mut finished_steps = 0u64;
-    bar.set_position(
-        todo.iter()
-            .filter(|j| j.fresh.is_none())
-            .map(|j| steps_done(&place(args, j.arm, j.seed).0, j.steps))
-            .sum(),
-    );
-    bar.set_message(format!("0/{n_runs} runs"));
-    let mut last_count = std::time::Instant::now();
-    let mut running: Vec<(Option<&BenchArm>, u64, Child, u64)> = Vec::new();
+    let jobs: Vec<BenchJob> = todo.iter().map(|j| progress_job(args, j)).collect();
+    let progress = BenchProgress::new("bench", &jobs, true);
+    let mut running: Vec<(BenchJob, Child)> = Vec::new();
     let mut failed = Vec::new();
-    let mut queue = todo.into_iter();
+    let mut queue = todo.iter().zip(jobs);
     loop {
         while running.len() < args.jobs.max(1) {
-            let Some(j) = queue.next() else { break };
+            let Some((j, p)) = queue.next() else { break };
             // A run that cannot start is a failed run; the others go on
             // (and are waited for).
-            match spawn(args, &j) {
-                Ok(child) => running.push((j.arm, j.seed, child, j.steps)),
+            match spawn(args, j) {
+                Ok(child) => {
+                    progress.started(&p);
+                    running.push((p, child));
+                }
                 Err(e) => {
-                    let (_, name) = place(args, j.arm, j.seed);
-                    failed.push(format!("{name} (could not start: {e:#})"));
-                    finished_steps += j.steps;
-                    runs_done += 1;
+                    failed.push(format!("{} (could not start: {e:#})", p.name));
+                    progress.ended(&p);
                 }
             }
         }
@@ -319,44 +304,23 @@ fn execute(args: &Args, todo: Vec<Job<'_>>) -> anyhow::Result<Vec<String>> {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut i = 0;
         while i < running.len() {
-            if let Some(status) = running[i].2.try_wait()? {
-                let (arm, s, _, steps) = running.remove(i);
-                finished_steps += steps;
-                runs_done += 1;
+            if let Some(status) = running[i].1.try_wait()? {
+                let (p, _) = running.remove(i);
+                progress.ended(&p);
                 if !status.success() {
-                    failed.push(match arm {
-                        Some(a) => format!(
-                            "{} seed {s} (see {}/{}-seed{s}.log)",
-                            a.name,
-                            args.out.display(),
-                            a.name
-                        ),
-                        None => format!("start (see {}/start.log)", args.out.display()),
-                    });
+                    failed.push(format!(
+                        "{} (see {}/{}.log)",
+                        p.name,
+                        args.out.display(),
+                        p.name
+                    ));
                 }
             } else {
                 i += 1;
             }
         }
-        if last_count.elapsed() >= std::time::Duration::from_secs(2) || running.is_empty() {
-            last_count = std::time::Instant::now();
-            let mut now = finished_steps;
-            let mut names = Vec::new();
-            for (arm, s, _, steps) in &running {
-                let (dir, name) = place(args, *arm, *s);
-                let d = steps_done(&dir, *steps);
-                now += d;
-                names.push(format!("{name} {d}/{steps}"));
-            }
-            // Finished runs and those already counted never go back.
-            bar.set_position(now);
-            bar.set_message(format!(
-                "{runs_done}/{n_runs} runs; running {}",
-                names.join(", ")
-            ));
-        }
     }
-    bar.finish();
+    progress.finish();
     Ok(failed)
 }
 
@@ -380,21 +344,6 @@ mod tests {
         let mut argv = vec!["bench", "--config", config];
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv).map(|c| c.args)
-    }
-
-    #[test]
-    fn progress_counts_a_runs_finished_steps_from_its_metrics() {
-        let dir = std::env::temp_dir().join(format!("wmrl-bench-steps-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        assert_eq!(steps_done(&dir, 50), 0, "no metrics yet");
-        std::fs::write(dir.join("metrics.jsonl"), "{}\n{}\n{}\n{\"partial").expect("write");
-        assert_eq!(
-            steps_done(&dir, 50),
-            3,
-            "a line being written is not a step"
-        );
-        assert_eq!(steps_done(&dir, 2), 2, "never more than the run's steps");
-        std::fs::remove_dir_all(&dir).expect("clean");
     }
 
     #[test]

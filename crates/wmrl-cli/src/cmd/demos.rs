@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context;
-use wmrl_policy::Progress;
+use wmrl_run::Progress;
 use wmrl_sim::{SimConfig, TabletopEnv, record_dart_episode, record_expert_episode};
 
 #[derive(Debug, clap::Args)]

@@ -155,7 +155,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cfg.tasks.len()
     };
     let n_episodes = eval_tasks * cfg.init_states.len() * cfg.repeats.max(1);
-    let bar = wmrl_policy::Progress::new("eval", n_episodes as u64, "episodes", true);
+    let bar = wmrl_run::Progress::new("eval", n_episodes as u64, "episodes", true);
     let report =
         wmrl_policy::evaluate_with_progress(policy.as_ref(), env.as_mut(), &cfg, Some(&bar));
     bar.finish();

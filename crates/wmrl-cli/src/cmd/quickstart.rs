@@ -301,7 +301,7 @@ fn print_table(
     }
     for arm in &arms {
         for s in 0..args.seeds {
-            let dir = wmrl_train::bench::run_dir(bench, &arm.name, s);
+            let dir = wmrl_run::RunDir::in_bench(bench, &arm.name, s).dir;
             if let Ok(sum) = wmrl_train::trainer::read_summary(&dir) {
                 let s0 = start.as_ref();
                 println!(

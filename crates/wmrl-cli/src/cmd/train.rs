@@ -2,7 +2,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use wmrl_core::Arm;
-use wmrl_policy::Progress;
+use wmrl_run::Progress;
 use wmrl_train::{RunSummary, TrainConfig, Trainer};
 
 #[derive(Debug, Clone, clap::Args)]

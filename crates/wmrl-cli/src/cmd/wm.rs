@@ -153,7 +153,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     );
     let (tr, va) = train::split(eps, cfg.val_fraction, cfg.seed);
     let t1 = Instant::now();
-    let bar = wmrl_policy::Progress::new("world model", cfg.steps as u64, "steps", true);
+    let bar = wmrl_run::Progress::new("world model", cfg.steps as u64, "steps", true);
     let trained = train::train(&tr, &va, &cfg, &mut |step, loss| {
         bar.set_position(step as u64);
         bar.set_message(format!("loss {loss:.4}"));

@@ -134,7 +134,7 @@ impl Progress {
         }
     }
 
-    pub fn finish(self) {
+    pub fn finish(&self) {
         self.bar.finish();
     }
 }

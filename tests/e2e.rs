@@ -12,7 +12,6 @@ use wmrl_policy::{Policy, PolicyConfig};
 use wmrl_run::read_all;
 use wmrl_train::metrics::{RefitRecord, StepMetrics};
 use wmrl_train::rollout::Keep;
-use wmrl_train::wm_refit;
 use wmrl_train::{TrainConfig, Trainer};
 use wmrl_worldmodel::{NetConfig, ProgressNet, export_onnx};
 
@@ -271,7 +270,7 @@ fn without_seconds(mut m: StepMetrics) -> StepMetrics {
 }
 
 fn refits_of(dir: &Path) -> Vec<RefitRecord> {
-    read_all::<RefitRecord>(&dir.join(wm_refit::REFITS_FILE))
+    read_all::<RefitRecord>(&wmrl_run::RunDir::new(dir).refits())
         .expect("refits")
         .into_iter()
         .map(|mut r| {
@@ -338,7 +337,7 @@ fn world_model_refits_are_installed_charged_and_resume_exactly() {
     // and the held-out rollouts' scoring.
     assert_eq!(s.ledger.wm_calls, 3 + 2 * 2);
     assert_eq!(s.ledger.wm_rollouts, 3 * 4 + 2 * 2);
-    let fit: f64 = read_all::<RefitRecord>(&whole.join(wm_refit::REFITS_FILE))
+    let fit: f64 = read_all::<RefitRecord>(&wmrl_run::RunDir::new(&whole).refits())
         .expect("refits")
         .iter()
         .map(|r| r.fit_seconds)

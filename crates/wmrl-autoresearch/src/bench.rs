@@ -566,7 +566,7 @@ pub fn run_bench(
             name: format!("{}-seed{}", names[x.arm], x.seed),
             run: x.run.clone(),
             steps: cfg.train.steps as u64,
-            resumed: x.run.checkpoint().join("state.json").exists(),
+            resumed: x.run.interrupted(),
         })
         .collect();
     let progress = BenchProgress::new("autoresearch bench", &todo, true);

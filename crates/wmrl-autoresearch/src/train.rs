@@ -27,7 +27,7 @@ use wmrl_core::{
     AnchorGroup, Arm, CoreConfig, CorrectionLoop, Ledger, RefitDecision, Run, Schedule,
     ScorerError, Scorers, Stage, StepOutcome, Track,
 };
-use wmrl_run::{cut_back, len_of};
+use wmrl_run::cut_back;
 
 use crate::arm::{ar_name, check_ar_arm, serde_ar_arm};
 use crate::competition::{Competition, Split, Suite};
@@ -468,12 +468,8 @@ pub fn candidate_path(onnx_path: &Path) -> PathBuf {
     onnx_path.with_extension("candidate.onnx")
 }
 
-/// One line per refit in the run directory (`refits.jsonl`; the name is
-/// kept here, beside the only code that writes it).
-pub const REFITS_FILE: &str = "refits.jsonl";
-
 /// One predictor refit: the shared gate's verdict and what the candidate
-/// was fitted on (a line of [`REFITS_FILE`], and of
+/// was fitted on (a line of the run's `refits.jsonl`, [`RunDir::refits`], and of
 /// [`TrainReport::refits`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RefitRecord {
@@ -608,10 +604,9 @@ struct Checkpoint {
     installed: Option<PredictorWeights>,
     #[serde(default)]
     refits: Vec<RefitRecord>,
-    metrics_len: u64,
-    eval_len: u64,
-    #[serde(default)]
-    refits_len: u64,
+    /// Where the record files reached.
+    #[serde(flatten)]
+    records: wmrl_run::Marks,
 }
 
 /// A step's groups: (training competition, its sampled solutions).
@@ -818,7 +813,7 @@ impl Track for ArTrack<'_> {
         if let Some(f) = self.files.as_mut()
             && let Some(file) = f.refits.as_mut()
         {
-            append_jsonl(file, &f.dir.dir.join(REFITS_FILE), &record)?;
+            append_jsonl(file, &f.dir.refits(), &record)?;
         }
         self.refits.push(record);
         if decision.accepted {
@@ -900,8 +895,6 @@ impl Track for ArTrack<'_> {
         let Some(f) = &t.files else {
             return Ok(());
         };
-        let ck = f.dir.checkpoint();
-        std::fs::create_dir_all(&ck).map_err(io_err(&ck))?;
         let state = Checkpoint {
             config: t.cfg.clone(),
             arm: t.arm,
@@ -920,11 +913,10 @@ impl Track for ArTrack<'_> {
                 .map(|i| i.predictor.weights())
                 .transpose()?,
             refits: t.refits.clone(),
-            metrics_len: len_of(&f.dir.metrics()),
-            eval_len: len_of(&f.dir.eval()),
-            refits_len: len_of(&f.dir.dir.join(REFITS_FILE)),
+            records: f.dir.marks(),
         };
-        write_json(&ck.join("state.json"), &state)
+        f.dir
+            .write_checkpoint(|d| write_json(&d.join("state.json"), &state))
     }
 }
 
@@ -1092,9 +1084,9 @@ fn read_resume(
     // run: it continues from the checkpoint (the same settings, bar
     // `steps`, or it is refused naming the first difference).
     Ok(match run_dir {
-        Some(d) if d.checkpoint().join("state.json").exists() && !d.summary().exists() => {
-            let path = d.checkpoint().join("state.json");
-            let ck: Checkpoint = crate::rundir::read_json(&path)?;
+        Some(d) if d.interrupted() => {
+            let path = d.state();
+            let ck: Checkpoint = d.read_state("resume")?;
             let differs = if (ck.arm, ck.seed) != (arm, seed) {
                 Some(format!(
                     "arm {} seed {} then, arm {} seed {seed} now",
@@ -1143,10 +1135,10 @@ fn open_files<'a>(
             };
             Some(RunFiles {
                 dir: d,
-                metrics: open(d.metrics(), resume.map(|c| c.metrics_len))?,
-                eval: open(d.eval(), resume.map(|c| c.eval_len))?,
+                metrics: open(d.metrics(), resume.map(|c| c.records.metrics_len))?,
+                eval: open(d.eval(), resume.map(|c| c.records.eval_len))?,
                 refits: refits
-                    .then(|| open(d.dir.join(REFITS_FILE), resume.map(|c| c.refits_len)))
+                    .then(|| open(d.refits(), resume.map(|c| c.records.refits_len)))
                     .transpose()?,
             })
         }

@@ -7,9 +7,7 @@ use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
 use wmrl_autoresearch::onnx_predictor::{FILE_NAME, OnnxPredictor};
 use wmrl_autoresearch::predictor::{Example, Predictor, PredictorConfig, PredictorWeights};
-use wmrl_autoresearch::train::{
-    PredictorRefit, REFITS_FILE, RefitRecord, candidate_path, train_with_refit,
-};
+use wmrl_autoresearch::train::{PredictorRefit, RefitRecord, candidate_path, train_with_refit};
 use wmrl_autoresearch::{
     AR_ARMS, Arm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, ar_name, train,
 };
@@ -416,7 +414,7 @@ fn json(p: &std::path::Path) -> serde_json::Value {
 }
 
 fn refit_lines(run: &wmrl_run::RunDir) -> Vec<RefitRecord> {
-    std::fs::read_to_string(run.dir.join(REFITS_FILE))
+    std::fs::read_to_string(run.refits())
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -540,7 +538,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
     let mut no_refit = refit_settings(2, true);
     no_refit.core.refit.every = 0;
     let (plain, plain_run) = run_with("plain", &no_refit);
-    assert!(!plain_run.dir.join(REFITS_FILE).exists());
+    assert!(!plain_run.refits().exists());
 
     // Refused, on the held-out group's ranking, and recorded.
     assert_eq!(gated.refits.len(), 1);
@@ -697,7 +695,7 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
     std::fs::write(&state, v.to_string()).unwrap();
     let mut f = std::fs::OpenOptions::new()
         .append(true)
-        .open(cut.dir.join(REFITS_FILE))
+        .open(cut.refits())
         .unwrap();
     std::io::Write::write_all(&mut f, b"{\"step\": 4, \"acc").unwrap();
     drop(f);

@@ -28,5 +28,5 @@ pub use config::{
     value_at,
 };
 pub use progress::Progress;
-pub use records::{RecordError, append, atomic_write, cut_back, len_of, read_all};
+pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};
 pub use rundir::RunDir;

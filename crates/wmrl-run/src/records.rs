@@ -69,6 +69,22 @@ pub fn cut_back(path: &Path, len: u64) -> Result<(), RecordError> {
         .map_err(|e| err(path, e))
 }
 
+/// How far a run's record files reached at a checkpoint (bytes; a file the
+/// run does not keep stays 0). A checkpoint's state holds them flattened
+/// (`metrics_len`, `eval_len`, ...); resuming cuts each file back to its
+/// mark ([`crate::RunDir::cut_back_to`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Marks {
+    pub metrics_len: u64,
+    pub eval_len: u64,
+    /// The robot track's isotonic maps.
+    #[serde(default)]
+    pub calibration_len: u64,
+    /// World-model refits (`wmrl.refit`, both tracks).
+    #[serde(default)]
+    pub refits_len: u64,
+}
+
 /// Write `bytes` to `path` so a reader never sees half of them: parent
 /// directories, a temporary name beside it, then a rename.
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<(), RecordError> {

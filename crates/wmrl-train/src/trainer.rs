@@ -30,7 +30,7 @@ use crate::error::io_err;
 use crate::labels::queue::HumanLabels;
 use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::rollout::{EpisodeSpec, Keep, Rollout, collect};
-use crate::wm_refit::{self, RefitSetup, WmRefit};
+use crate::wm_refit::{RefitSetup, WmRefit};
 use crate::{Result, TrainError};
 use wmrl_run::RunDir;
 
@@ -70,15 +70,13 @@ struct TrainState {
     step: usize,
     core: CorrectionLoop,
     ledger: Ledger,
-    metrics_len: u64,
-    eval_len: u64,
-    calibration_len: u64,
+    /// Where the record files reached.
+    #[serde(flatten)]
+    records: wmrl_run::Marks,
     /// The refitted world model in use (`wmrl.refit`), relative to the run
     /// directory; `None`: `world_model.path`.
     #[serde(default)]
     world_model: Option<PathBuf>,
-    #[serde(default)]
-    refits_len: u64,
 }
 
 /// The robot track: the policy and its optimiser, the simulator, the world
@@ -261,14 +259,7 @@ impl Trainer {
         let track = RobotTrack::open(cfg, files, &placement, learner, None, 0)?;
         let files = &track.files;
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        for f in [
-            files.metrics(),
-            files.eval(),
-            files.calibration(),
-            dir.join(wm_refit::REFITS_FILE),
-        ] {
-            wmrl_run::cut_back(&f, 0)?;
-        }
+        files.cut_back_to(&wmrl_run::Marks::default())?;
         std::fs::write(files.config_toml(), toml).map_err(io_err(&files.config_toml()))?;
         Ok(Self {
             run: Run::new(track, core),
@@ -293,7 +284,7 @@ impl Trainer {
             cfg.device = d;
         }
         let ck = files.checkpoint();
-        let state = read_state(&files, "resume")?;
+        let state: TrainState = files.read_state("resume")?;
         // config.toml is the one source of truth: a checkpoint whose method
         // state was made under other settings (an edited file) is refused
         // rather than continued with a mix of both.
@@ -325,11 +316,7 @@ impl Trainer {
             state.world_model.clone(),
             state.step,
         )?;
-        let files = &track.files;
-        wmrl_run::cut_back(&files.metrics(), state.metrics_len)?;
-        wmrl_run::cut_back(&files.eval(), state.eval_len)?;
-        wmrl_run::cut_back(&files.calibration(), state.calibration_len)?;
-        wmrl_run::cut_back(&files.dir.join(wm_refit::REFITS_FILE), state.refits_len)?;
+        track.files.cut_back_to(&state.records)?;
         Ok(Self {
             run: Run::resumed(track, state.core, state.ledger, state.step),
         })
@@ -804,37 +791,20 @@ impl Track for RobotTrack {
 
     fn checkpoint(run: &Run<Self>) -> Result<()> {
         let (t, files) = (&run.track, &run.track.files);
-        let ck = files.checkpoint();
-        let tmp = files.dir.join("checkpoint.partial");
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
-        }
-        std::fs::create_dir_all(&tmp).map_err(io_err(&tmp))?;
-        t.learner.save(&tmp)?;
         let state = TrainState {
             step: run.step,
             core: run.core.clone(),
             ledger: run.ledger.clone(),
-            metrics_len: wmrl_run::len_of(&files.metrics()),
-            eval_len: wmrl_run::len_of(&files.eval()),
-            calibration_len: wmrl_run::len_of(&files.calibration()),
+            records: files.marks(),
             world_model: t.refitted.clone(),
-            refits_len: wmrl_run::len_of(&files.dir.join(wm_refit::REFITS_FILE)),
         };
-        let text = serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
-        let sp = tmp.join("state.json");
-        std::fs::write(&sp, text).map_err(io_err(&sp))?;
-        if ck.exists() {
-            let old = files.dir.join("checkpoint.old");
-            if old.exists() {
-                std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
-            }
-            std::fs::rename(&ck, &old).map_err(io_err(&ck))?;
-            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
-            std::fs::remove_dir_all(&old).map_err(io_err(&old))?;
-        } else {
-            std::fs::rename(&tmp, &ck).map_err(io_err(&ck))?;
-        }
+        files.write_checkpoint(|dir| {
+            t.learner.save(dir)?;
+            let text =
+                serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
+            let sp = dir.join("state.json");
+            std::fs::write(&sp, text).map_err(io_err(&sp))
+        })?;
         // Committed: kept rollouts no resume can need any more may go.
         if let Some(r) = &t.refit {
             r.prune()?;
@@ -1000,20 +970,6 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
     Ok((report.overall, per_task))
 }
 
-/// The state of the run's last checkpoint; `what` (resume, export) names
-/// the use in the error when there is none.
-fn read_state(files: &RunDir, what: &str) -> Result<TrainState> {
-    let state_path = files.checkpoint().join("state.json");
-    let text = std::fs::read_to_string(&state_path).map_err(|e| TrainError::RunDir {
-        path: files.dir.display().to_string(),
-        message: format!("no checkpoint to {what} ({}: {e})", state_path.display()),
-    })?;
-    serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
-        path: state_path.display().to_string(),
-        message: format!("corrupt checkpoint state: {e}"),
-    })
-}
-
 /// Write the policy of the run in `dir` at its last checkpoint to `out` as
 /// a checkpoint directory of its kind (`tiny`: the policy; MiniVLA: the
 /// start checkpoint with the adapters merged, in the converted layout that
@@ -1029,7 +985,7 @@ pub fn export_policy(
     };
     let cfg = TrainConfig::load(&files.config_toml())?;
     let ck = files.checkpoint();
-    let state = read_state(&files, "export")?;
+    let state: TrainState = files.read_state("export")?;
     if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
         return Err(TrainError::RunDir {
             path: out.display().to_string(),

@@ -36,8 +36,6 @@ use crate::{Result, TrainError};
 pub const ANCHORS_DIR: &str = "refit_anchors";
 /// Where each refit's candidate model goes (`wm/refit_<steps>/`).
 pub const MODELS_DIR: &str = "wm";
-/// One line per refit ([`RefitRecord`]).
-pub const REFITS_FILE: &str = "refits.jsonl";
 
 const SOURCE_TAG: &str = "wmrl-refit-anchor";
 
@@ -461,7 +459,7 @@ impl WmRefit {
             .strip_prefix(&self.run_dir)
             .map_or_else(|_| c.dir.join(train::ONNX_FILE), Path::to_path_buf);
         wmrl_run::append(
-            &self.run_dir.join(REFITS_FILE),
+            &wmrl_run::RunDir::new(&self.run_dir).refits(),
             &RefitRecord {
                 decision: decision.clone(),
                 model: model.display().to_string(),

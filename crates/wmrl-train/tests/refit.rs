@@ -13,7 +13,7 @@ use wmrl_core::{AnchorGroup, Ledger};
 use wmrl_run::read_all;
 use wmrl_train::metrics::RefitRecord;
 use wmrl_train::rollout::{EpisodeSpec, Rollout};
-use wmrl_train::wm_refit::{REFITS_FILE, RefitSetup, WmRefit};
+use wmrl_train::wm_refit::{RefitSetup, WmRefit};
 use wmrl_worldmodel::finetune::{candle_scores, from_outcome};
 use wmrl_worldmodel::train::{self, SplitRecord};
 use wmrl_worldmodel::{
@@ -250,7 +250,7 @@ fn a_refit_is_exported_reloaded_judged_and_charged() {
     assert!(refit.done(&d).unwrap().is_none());
     assert_eq!(refit.incumbent(), dir, "the incumbent stays");
 
-    let lines: Vec<RefitRecord> = read_all(&run.join(REFITS_FILE)).unwrap();
+    let lines: Vec<RefitRecord> = read_all(&wmrl_run::RunDir::new(&run).refits()).unwrap();
     assert_eq!(lines.len(), 2);
     assert_eq!(
         (lines[0].decision.accepted, lines[1].decision.accepted),

@@ -38,8 +38,8 @@ use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
 use crate::rundir::{append_jsonl, create_jsonl, settings_difference, write_json};
-use wmrl_run::RunDir;
 use wmrl_run::clock::process_cpu_secs;
+use wmrl_run::{RunDir, Saved};
 
 /// The core settings for this track's scale: the paper's calibration and
 /// weight warm-ups assume thousands of groups; a run here has about a
@@ -567,30 +567,27 @@ struct ArTrack<'a> {
     train_comps: Vec<usize>,
     evals: Vec<EvalPoint>,
     step_logs: Vec<StepLog>,
-    /// The run directory, when there is one, with its open metrics.jsonl
-    /// and eval.jsonl (and refits.jsonl when the arm refits).
+    /// The run directory, when there is one, with its open eval.jsonl (and
+    /// refits.jsonl when the arm refits); step records go through the
+    /// run's journal.
     files: Option<RunFiles<'a>>,
 }
 
 /// An open run directory.
 struct RunFiles<'a> {
     dir: &'a RunDir,
-    metrics: std::fs::File,
     eval: std::fs::File,
     refits: Option<std::fs::File>,
 }
 
-/// What resuming an AutoResearch run needs (`checkpoint/state.json`,
-/// written after every step).
+/// The AutoResearch track's part of a checkpoint (`track` in
+/// `checkpoint/state.json`, written after every step).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Checkpoint {
+pub struct ArState {
     config: TrainConfig,
     #[serde(with = "serde_ar_arm")]
     arm: Arm,
     seed: u64,
-    step: usize,
-    core: CorrectionLoop,
-    ledger: Ledger,
     rng: ChaCha8Rng,
     policy: crate::policy::PolicyState,
     evals: Vec<EvalPoint>,
@@ -604,9 +601,6 @@ struct Checkpoint {
     installed: Option<PredictorWeights>,
     #[serde(default)]
     refits: Vec<RefitRecord>,
-    /// Where the record files reached.
-    #[serde(flatten)]
-    records: wmrl_run::Marks,
 }
 
 /// A step's groups: (training competition, its sampled solutions).
@@ -620,6 +614,8 @@ impl Track for ArTrack<'_> {
         Self: 's;
     type Update = UpdateStats;
     type Error = Error;
+    type Record = StepLog;
+    type State = ArState;
 
     fn rollouts(&mut self, _step: usize, ledger: &mut Ledger) -> Result<Groups> {
         let t = Instant::now();
@@ -888,35 +884,27 @@ impl Track for ArTrack<'_> {
         Ok(())
     }
 
-    /// After every step (and the start's evaluation), when the run has a
-    /// directory: `checkpoint/state.json`, through a rename.
-    fn checkpoint(run: &Run<Self>) -> Result<()> {
-        let t = &run.track;
-        let Some(f) = &t.files else {
-            return Ok(());
-        };
-        let state = Checkpoint {
-            config: t.cfg.clone(),
-            arm: t.arm,
-            seed: t.seed,
-            step: run.step,
-            core: run.core.clone(),
-            ledger: run.ledger.clone(),
-            rng: t.rng.clone(),
-            policy: t.policy.state()?,
-            evals: t.evals.clone(),
-            steps: t.step_logs.clone(),
-            kept: t.kept.clone(),
-            installed: t
+    fn record(_: &Run<Self>, s: &wmrl_core::Step<Self>) -> Result<StepLog> {
+        Ok(step_log(s))
+    }
+
+    fn state(&self) -> Result<ArState> {
+        Ok(ArState {
+            config: self.cfg.clone(),
+            arm: self.arm,
+            seed: self.seed,
+            rng: self.rng.clone(),
+            policy: self.policy.state()?,
+            evals: self.evals.clone(),
+            steps: self.step_logs.clone(),
+            kept: self.kept.clone(),
+            installed: self
                 .installed
                 .as_ref()
                 .map(|i| i.predictor.weights())
                 .transpose()?,
-            refits: t.refits.clone(),
-            records: f.dir.marks(),
-        };
-        f.dir
-            .write_checkpoint(|d| write_json(&d.join("state.json"), &state))
+            refits: self.refits.clone(),
+        })
     }
 }
 
@@ -980,7 +968,7 @@ pub fn train_with_refit(
     let resumed = resume.is_some();
     let mut run = match resume {
         Some(mut ck) => {
-            restore_track(&mut track, &mut ck)?;
+            restore_track(&mut track, &mut ck.track)?;
             tracing::info!(
                 arm = ar_name(arm),
                 seed,
@@ -998,11 +986,11 @@ pub fn train_with_refit(
         eval_at_end: true,
         checkpoint_every: usize::from(run_dir.is_some()),
     };
-    run.run(&schedule, |run, s| {
-        let log = step_log(&s);
-        if let Some(f) = run.track.files.as_mut() {
-            append_jsonl(&mut f.metrics, &f.dir.metrics(), &log)?;
-        }
+    let mut journal: Box<dyn wmrl_core::Journal<ArTrack<'_>>> = match run_dir {
+        Some(dir) => Box::new(wmrl_run::RunJournal { dir }),
+        None => Box::new(wmrl_core::NoJournal),
+    };
+    run.run(&schedule, journal.as_mut(), |run, _, log| {
         tracing::info!(arm = ar_name(arm), seed, step = log.step, reward = ?log.mean_reward_seen, cpu = run.ledger.real_cpu_seconds, "step");
         run.track.step_logs.push(log);
         Ok(())
@@ -1079,23 +1067,23 @@ fn read_resume(
     cfg: &TrainConfig,
     arm: Arm,
     seed: u64,
-) -> Result<Option<Checkpoint>> {
+) -> Result<Option<Saved<ArState>>> {
     // A run directory with a checkpoint and no summary is an interrupted
     // run: it continues from the checkpoint (the same settings, bar
     // `steps`, or it is refused naming the first difference).
     Ok(match run_dir {
         Some(d) if d.interrupted() => {
             let path = d.state();
-            let ck: Checkpoint = d.read_state("resume")?;
-            let differs = if (ck.arm, ck.seed) != (arm, seed) {
+            let ck: Saved<ArState> = d.read_saved("resume")?;
+            let differs = if (ck.track.arm, ck.track.seed) != (arm, seed) {
                 Some(format!(
                     "arm {} seed {} then, arm {} seed {seed} now",
-                    ar_name(ck.arm),
-                    ck.seed,
+                    ar_name(ck.track.arm),
+                    ck.track.seed,
                     ar_name(arm)
                 ))
             } else {
-                settings_difference(&ck.config, cfg, "steps", &path)?
+                settings_difference(&ck.track.config, cfg, "steps", &path)?
             };
             if let Some(d) = differs {
                 return Err(Error::Config(format!(
@@ -1115,7 +1103,7 @@ fn read_resume(
 fn open_files<'a>(
     run_dir: Option<&'a RunDir>,
     cfg: &TrainConfig,
-    resume: Option<&Checkpoint>,
+    resume: Option<&Saved<ArState>>,
     refits: bool,
 ) -> Result<Option<RunFiles<'a>>> {
     Ok(match run_dir {
@@ -1133,9 +1121,11 @@ fn open_files<'a>(
                     .open(&p)
                     .map_err(io_err(&p))
             };
+            // The step records are the journal's ([`wmrl_run::RunJournal`]):
+            // here the file is only emptied or cut back.
+            open(d.metrics(), resume.map(|c| c.records.metrics_len))?;
             Some(RunFiles {
                 dir: d,
-                metrics: open(d.metrics(), resume.map(|c| c.records.metrics_len))?,
                 eval: open(d.eval(), resume.map(|c| c.records.eval_len))?,
                 refits: refits
                     .then(|| open(d.refits(), resume.map(|c| c.records.refits_len)))
@@ -1148,7 +1138,7 @@ fn open_files<'a>(
 
 /// Put a checkpoint's policy, sampler, records and refitted predictor back
 /// into a freshly built track.
-fn restore_track(track: &mut ArTrack<'_>, ck: &mut Checkpoint) -> Result<()> {
+fn restore_track(track: &mut ArTrack<'_>, ck: &mut ArState) -> Result<()> {
     track.policy.restore(&ck.policy)?;
     track.rng = ck.rng.clone();
     track.evals = std::mem::take(&mut ck.evals);

@@ -465,7 +465,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
     .unwrap();
     assert!(probe.refits.is_empty());
     assert!(!probe_run.dir.join("probe.onnx").exists());
-    let kept = json(&probe_run.checkpoint().join("state.json"))["kept"].clone();
+    let kept = json(&probe_run.state())["track"]["kept"].clone();
     let kept = kept.as_array().unwrap();
     assert_eq!(kept.len(), 2, "two anchor groups in step 0");
     let rows = |k: &serde_json::Value| -> Vec<Example> {
@@ -588,10 +588,8 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
     // Reloaded through ONNX Runtime, the installed file is the candidate
     // the checkpoint keeps, and it ranks the held-out rows reversed.
     let installed = OnnxPredictor::load(&path).unwrap();
-    let w: PredictorWeights = serde_json::from_value(
-        json(&ungated_run.checkpoint().join("state.json"))["installed"].clone(),
-    )
-    .unwrap();
+    let w: PredictorWeights =
+        serde_json::from_value(json(&ungated_run.state())["track"]["installed"].clone()).unwrap();
     let candle = Predictor::from_weights(&w).unwrap();
     assert!(
         wmrl_autoresearch::onnx_predictor::max_abs_diff(&candle, &installed, 64, 1).unwrap() < 1e-5
@@ -690,7 +688,10 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
     let state = cut.checkpoint().join("state.json");
     let mut v = json(&state);
     assert_eq!(v["step"], 3);
-    assert!(v["installed"].is_object(), "the refit of step 2 is kept");
+    assert!(
+        v["track"]["installed"].is_object(),
+        "the refit of step 2 is kept"
+    );
     v["ledger"]["eval_seconds"] = serde_json::json!(12345.0);
     std::fs::write(&state, v.to_string()).unwrap();
     let mut f = std::fs::OpenOptions::new()

@@ -42,9 +42,10 @@ enum Command {
     /// A run's trained policy at its last checkpoint as a checkpoint
     /// directory (MiniVLA: adapters merged, in the converted layout).
     Export(cmd::export::Args),
-    /// The whole pipeline on two CPU cores: demos, SFT, world model,
-    /// post-training with `sparse` and `wmrl`, held-out success table,
-    /// report.md (about 28 minutes; 11 with `--sft-policy models/policy-tiny`).
+    /// Post-training on two CPU cores from the shipped SFT policy and world
+    /// model: `sparse` and scarce-label `wmrl`, a held-out success table and
+    /// report.md (about 5 minutes; `--from-scratch` first records demos and
+    /// trains the SFT policy and the world model, about 28 minutes more).
     Quickstart(cmd::quickstart::Args),
     /// Serve N embedded simulators over the wmrl-bridge ZeroMQ protocol.
     ServeSim(cmd::serve_sim::Args),

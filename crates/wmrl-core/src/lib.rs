@@ -38,5 +38,5 @@ pub use diagnostics::{Diagnostics, DiagnosticsSummary};
 pub use error::{CoreError, Result};
 pub use ledger::{Ledger, Stage};
 pub use refit::{AnchorGroup, RefitConfig, RefitDecision};
-pub use track::{Run, Schedule, Step, Track};
+pub use track::{Journal, NoJournal, Run, Schedule, Step, Track};
 pub use weight::{AnchorWeight, group_disagreement};

@@ -4,7 +4,12 @@
 //! evaluate and checkpoint on a [`Schedule`]. A track (robot rollouts in a
 //! simulator, AutoResearch solutions in a sandbox) implements [`Track`];
 //! [`Run`] owns the loop, the method's state and the cost ledger, so the
-//! order of the steps and what they charge is written once.
+//! order of the steps and what they charge is written once. Where a run's
+//! records and checkpoints go is a [`Journal`] (wmrl-run's run directory),
+//! so the loop writes them itself, for both tracks, in one order.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::correction::{CorrectionLoop, Scorers, StepOutcome};
 use crate::{CoreError, Ledger};
@@ -20,6 +25,12 @@ pub trait Track: Sized {
     /// What the track's policy update reports.
     type Update;
     type Error: From<CoreError>;
+    /// One step's record (a line of the run's metrics.jsonl).
+    type Record: Serialize;
+    /// What resuming needs of the track beyond the loop's own state (steps
+    /// done, the method's state, the ledger): its sampler, its logs, the
+    /// world model it refitted...
+    type State: Serialize + DeserializeOwned;
 
     /// Draw and roll out the groups of step `step` (0-based), charging
     /// their cost to `ledger`.
@@ -96,9 +107,43 @@ pub trait Track: Sized {
     /// steps), recorded where the track keeps its results.
     fn evaluate(run: &mut Run<Self>) -> Result<(), Self::Error>;
 
-    /// Save what resuming at `run.step` needs. Nothing by default (a track
-    /// whose runs restart from the beginning).
-    fn checkpoint(_run: &Run<Self>) -> Result<(), Self::Error> {
+    /// The record of `step`, just taken by `run`.
+    fn record(run: &Run<Self>, step: &Step<Self>) -> Result<Self::Record, Self::Error>;
+
+    /// The track's part of a checkpoint after `run.step` steps.
+    fn state(&self) -> Result<Self::State, Self::Error>;
+
+    /// Write the track's model files into `dir`, the checkpoint being
+    /// written. Nothing by default.
+    fn save(&self, _dir: &std::path::Path) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// After a checkpoint is whole on disk (e.g. drop what no resume can
+    /// need any more). Nothing by default.
+    fn checkpointed(&self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// Where a run's records and checkpoints go: wmrl-run's run directory
+/// (`wmrl_run::RunJournal`), or [`NoJournal`] for a run kept in memory.
+pub trait Journal<T: Track> {
+    /// Keep one step's record.
+    fn record(&mut self, record: &T::Record) -> Result<(), T::Error>;
+    /// Keep what resuming after `run.step` steps needs.
+    fn checkpoint(&mut self, run: &Run<T>) -> Result<(), T::Error>;
+}
+
+/// A run without a directory: records and checkpoints go nowhere.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoJournal;
+
+impl<T: Track> Journal<T> for NoJournal {
+    fn record(&mut self, _: &T::Record) -> Result<(), T::Error> {
+        Ok(())
+    }
+    fn checkpoint(&mut self, _: &Run<T>) -> Result<(), T::Error> {
         Ok(())
     }
 }
@@ -224,26 +269,30 @@ impl<T: Track> Run<T> {
         self.track.refit_done(&decision, &mut self.ledger)
     }
 
-    /// Train to `schedule.steps` from wherever the run is, evaluating and
-    /// checkpointing on schedule; `on_step` sees every step (metrics,
-    /// logs) before its evaluation and checkpoint.
+    /// Train to `schedule.steps` from wherever the run is: each step's
+    /// record goes to `journal`, then `on_step` sees the step and its
+    /// record (progress, logs), then the evaluation and the checkpoint
+    /// (to `journal`) when the schedule says so.
     pub fn run(
         &mut self,
         schedule: &Schedule,
-        mut on_step: impl FnMut(&mut Self, Step<T>) -> Result<(), T::Error>,
+        journal: &mut dyn Journal<T>,
+        mut on_step: impl FnMut(&mut Self, Step<T>, T::Record) -> Result<(), T::Error>,
     ) -> Result<(), T::Error> {
         if self.step == 0 && schedule.eval_at_start {
             T::evaluate(self)?;
-            T::checkpoint(self)?;
+            journal.checkpoint(self)?;
         }
         while self.step < schedule.steps {
             let step = self.train_step()?;
-            on_step(self, step)?;
+            let record = T::record(self, &step)?;
+            journal.record(&record)?;
+            on_step(self, step, record)?;
             if schedule.eval_due(self.step) {
                 T::evaluate(self)?;
             }
             if schedule.checkpoint_due(self.step) {
-                T::checkpoint(self)?;
+                journal.checkpoint(self)?;
             }
         }
         Ok(())
@@ -262,7 +311,6 @@ mod tests {
     struct Toy {
         calls: Vec<String>,
         evals: Vec<usize>,
-        checkpoints: std::cell::RefCell<Vec<usize>>,
         /// Candidate scores of a held-out (1, 0) group; `None`: no refit.
         candidate: Option<[f64; 2]>,
         refits: Vec<(usize, bool)>,
@@ -290,6 +338,8 @@ mod tests {
         type Scorers<'a> = ToyScorers<'a>;
         type Update = f64;
         type Error = CoreError;
+        type Record = usize;
+        type State = usize;
 
         fn rollouts(&mut self, step: usize, _: &mut Ledger) -> Result<usize, CoreError> {
             self.calls.push(format!("rollouts {step}"));
@@ -348,8 +398,28 @@ mod tests {
             run.track.evals.push(s);
             Ok(())
         }
-        fn checkpoint(run: &Run<Self>) -> Result<(), CoreError> {
-            run.track.checkpoints.borrow_mut().push(run.step);
+        fn record(_: &Run<Self>, step: &Step<Self>) -> Result<usize, CoreError> {
+            Ok(step.index)
+        }
+        fn state(&self) -> Result<usize, CoreError> {
+            Ok(self.evals.len())
+        }
+    }
+
+    /// Keeps what the loop hands it.
+    #[derive(Default)]
+    struct Kept {
+        records: Vec<usize>,
+        checkpoints: Vec<(usize, usize)>,
+    }
+
+    impl Journal<Toy> for Kept {
+        fn record(&mut self, r: &usize) -> Result<(), CoreError> {
+            self.records.push(*r);
+            Ok(())
+        }
+        fn checkpoint(&mut self, run: &Run<Toy>) -> Result<(), CoreError> {
+            self.checkpoints.push((run.step, run.track.state()?));
             Ok(())
         }
     }
@@ -358,7 +428,6 @@ mod tests {
         Toy {
             calls: Vec::new(),
             evals: Vec::new(),
-            checkpoints: Default::default(),
             candidate: None,
             refits: Vec::new(),
         }
@@ -440,14 +509,20 @@ mod tests {
         let core = CorrectionLoop::new(CoreConfig::default(), Arm::Sparse, 0).expect("ok");
         let mut run = Run::new(toy(), core);
         let mut seen = Vec::new();
-        run.run(&sched, |r, s| {
-            seen.push((s.index, r.step));
+        let mut kept = Kept::default();
+        run.run(&sched, &mut kept, |r, s, rec| {
+            seen.push((s.index, r.step, rec));
             Ok(())
         })
         .expect("ok");
         assert_eq!(run.track.evals, [0, 2, 4, 5]);
-        assert_eq!(*run.track.checkpoints.borrow(), [0, 3, 5]);
-        assert_eq!(seen, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]);
+        // Records in step order; each checkpoint after its evaluation.
+        assert_eq!(kept.records, [0, 1, 2, 3, 4]);
+        assert_eq!(kept.checkpoints, [(0, 1), (3, 2), (5, 4)]);
+        assert_eq!(
+            seen,
+            [(0, 1, 0), (1, 2, 1), (2, 3, 2), (3, 4, 3), (4, 5, 4)]
+        );
         // Without the end evaluation the last step follows nothing but
         // the start and the period; a finished run does not step again.
         let mut s = sched;
@@ -456,7 +531,9 @@ mod tests {
         s.checkpoint_every = 0;
         assert!(!s.eval_due(4) && s.eval_due(2) && !s.eval_due(3));
         assert!(s.checkpoint_due(4) && !s.checkpoint_due(3));
-        run.run(&s, |_, _| panic!("no step after the end"))
-            .expect("ok");
+        run.run(&s, &mut NoJournal, |_, _, _| {
+            panic!("no step after the end")
+        })
+        .expect("ok");
     }
 }

@@ -5,6 +5,8 @@
 //!   parse (a type with `#[serde(deny_unknown_fields)]` refuses unknown
 //!   keys, naming them), and the settings comparison that names the first
 //!   differing key;
+//! - [`journal`]: the run directory as the shared loop's journal: step
+//!   records and whole checkpoints with one state layout ([`Saved`]);
 //! - [`records`]: JSONL record files (append, read, cut back to a
 //!   checkpoint's length) and atomic writes;
 //! - [`rundir`]: the run directory both tracks write, and where a bench
@@ -19,6 +21,7 @@
 pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod journal;
 pub mod progress;
 pub mod records;
 pub mod rundir;
@@ -27,6 +30,7 @@ pub use config::{
     ConfigError, apply_set, differing_key, first_difference, load, load_optional, parse, read_doc,
     value_at,
 };
+pub use journal::{RunJournal, Saved};
 pub use progress::Progress;
 pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};
 pub use rundir::RunDir;

@@ -14,8 +14,8 @@ use wmrl_run::clock::Stopwatch;
 use serde::{Deserialize, Serialize};
 use wmrl_core::rng::SplitMix64;
 use wmrl_core::{
-    CorrectionLoop, DiagnosticsSummary, Ledger, Run, Schedule, ScorerError, Scorers, Stage, Step,
-    StepOutcome, Track,
+    CorrectionLoop, DiagnosticsSummary, Journal, Ledger, Run, Schedule, ScorerError, Scorers,
+    Stage, Step, StepOutcome, Track,
 };
 use wmrl_env::VecEnv;
 use wmrl_policy::{
@@ -32,7 +32,7 @@ use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::rollout::{EpisodeSpec, Keep, Rollout, collect};
 use crate::wm_refit::{RefitSetup, WmRefit};
 use crate::{Result, TrainError};
-use wmrl_run::RunDir;
+use wmrl_run::{RunDir, RunJournal, Saved};
 
 /// What a finished run reports (summary.json).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,15 +64,10 @@ pub struct RunSummary {
     pub diagnostics: DiagnosticsSummary,
 }
 
-/// Resumable state beside the policy and optimiser files.
+/// The robot track's part of a checkpoint (`track` in state.json, beside
+/// the policy and optimiser files).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct TrainState {
-    step: usize,
-    core: CorrectionLoop,
-    ledger: Ledger,
-    /// Where the record files reached.
-    #[serde(flatten)]
-    records: wmrl_run::Marks,
+pub struct RobotState {
     /// The refitted world model in use (`wmrl.refit`), relative to the run
     /// directory; `None`: `world_model.path`.
     #[serde(default)]
@@ -284,7 +279,7 @@ impl Trainer {
             cfg.device = d;
         }
         let ck = files.checkpoint();
-        let state: TrainState = files.read_state("resume")?;
+        let state: Saved<RobotState> = files.read_saved("resume")?;
         // config.toml is the one source of truth: a checkpoint whose method
         // state was made under other settings (an edited file) is refused
         // rather than continued with a mix of both.
@@ -313,7 +308,7 @@ impl Trainer {
             files,
             &placement,
             learner,
-            state.world_model.clone(),
+            state.track.world_model.clone(),
             state.step,
         )?;
         track.files.cut_back_to(&state.records)?;
@@ -341,15 +336,24 @@ impl Trainer {
         &self.run.track.files
     }
 
-    /// Write a checkpoint atomically (temporary directory, then rename).
-    pub fn checkpoint(&self) -> Result<()> {
-        RobotTrack::checkpoint(&self.run)
+    /// The run directory as the loop's journal.
+    fn journal(&self) -> RunJournal<'_> {
+        RunJournal {
+            dir: &self.run.track.files,
+        }
     }
 
-    /// Run one training step.
+    /// Write a checkpoint atomically (temporary directory, then rename).
+    pub fn checkpoint(&self) -> Result<()> {
+        Journal::<RobotTrack>::checkpoint(&mut self.journal(), &self.run)
+    }
+
+    /// Run one training step and record it.
     pub fn train_step(&mut self) -> Result<StepMetrics> {
         let s = self.run.train_step()?;
-        record_step(&self.run, &s)
+        let m = RobotTrack::record(&self.run, &s)?;
+        Journal::<RobotTrack>::record(&mut self.journal(), &m)?;
+        Ok(m)
     }
 
     /// Evaluate the current policy on a split, record it, and return it.
@@ -381,10 +385,12 @@ impl Trainer {
                 && cfg.eval.curve_init_states.is_some(),
             checkpoint_every: cfg.checkpoint_every,
         };
-        self.run.run(&schedule, |run, s| {
-            on_step(&record_step(run, &s)?);
-            Ok(())
-        })?;
+        let files = self.run.track.files.clone();
+        self.run
+            .run(&schedule, &mut RunJournal { dir: &files }, |_, _, m| {
+                on_step(&m);
+                Ok(())
+            })?;
         self.finish()
     }
 
@@ -637,6 +643,8 @@ impl Track for RobotTrack {
     type Scorers<'a> = RolloutScorers<'a>;
     type Update = UpdateReport;
     type Error = TrainError;
+    type Record = StepMetrics;
+    type State = RobotState;
 
     fn rollouts(&mut self, step: usize, ledger: &mut Ledger) -> Result<Vec<Rollout>> {
         self.step_started = Instant::now();
@@ -789,32 +797,31 @@ impl Track for RobotTrack {
         evaluate_split(run, EvalSplit::Curve).map(|_| ())
     }
 
-    fn checkpoint(run: &Run<Self>) -> Result<()> {
-        let (t, files) = (&run.track, &run.track.files);
-        let state = TrainState {
-            step: run.step,
-            core: run.core.clone(),
-            ledger: run.ledger.clone(),
-            records: files.marks(),
-            world_model: t.refitted.clone(),
-        };
-        files.write_checkpoint(|dir| {
-            t.learner.save(dir)?;
-            let text =
-                serde_json::to_string(&state).map_err(|e| TrainError::Report(e.to_string()))?;
-            let sp = dir.join("state.json");
-            std::fs::write(&sp, text).map_err(io_err(&sp))
-        })?;
+    fn record(run: &Run<Self>, s: &Step<Self>) -> Result<StepMetrics> {
+        Ok(step_metrics(run, s))
+    }
+
+    fn state(&self) -> Result<RobotState> {
+        Ok(RobotState {
+            world_model: self.refitted.clone(),
+        })
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        Ok(self.learner.save(dir)?)
+    }
+
+    fn checkpointed(&self) -> Result<()> {
         // Committed: kept rollouts no resume can need any more may go.
-        if let Some(r) = &t.refit {
+        if let Some(r) = &self.refit {
             r.prune()?;
         }
         Ok(())
     }
 }
 
-/// A step's metrics (metrics.jsonl), appended to the run's file.
-fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetrics> {
+/// A step's metrics (its line of metrics.jsonl).
+fn step_metrics(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> StepMetrics {
     let (track, outcome, rollouts, u) = (&run.track, &s.outcome, &s.batch, &s.update);
     let successes = rollouts.iter().filter(|r| r.success).count();
     let wm_mean = outcome.wm_raw.as_ref().map(|w| {
@@ -833,7 +840,7 @@ fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetric
             })
             .collect()
     });
-    let m = StepMetrics {
+    StepMetrics {
         wm_anchor_auroc: wmrl_core::rank::concordance(&anchor_pairs).0,
         step: s.index,
         arm: track.cfg.arm.name().into(),
@@ -869,9 +876,7 @@ fn record_step(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> Result<StepMetric
         restarts: rollouts.iter().map(|r| r.restarts).sum(),
         ledger: run.ledger.clone(),
         wall_seconds: track.step_started.elapsed().as_secs_f64(),
-    };
-    wmrl_run::append(&run.track.files.metrics(), &m)?;
-    Ok(m)
+    }
 }
 
 /// Which evaluation of a run (its name in eval.jsonl in brackets).
@@ -985,7 +990,7 @@ pub fn export_policy(
     };
     let cfg = TrainConfig::load(&files.config_toml())?;
     let ck = files.checkpoint();
-    let state: TrainState = files.read_state("export")?;
+    let state: Saved<RobotState> = files.read_saved("export")?;
     if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {
         return Err(TrainError::RunDir {
             path: out.display().to_string(),

@@ -277,9 +277,7 @@ impl RewardService {
             path: p.clone(),
             source,
         })?;
-        let tmp = p.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, p).map_err(io_err(p))
+        Ok(wmrl_run::atomic_write(p, text.as_bytes())?)
     }
 }
 

@@ -11,7 +11,6 @@
 //! | `checkpoint/state.json` | what resuming needs, after every step |
 //! | `predictor.onnx` | with `refit_predictor_every`, the latest refitted predictor |
 
-use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
@@ -26,34 +25,15 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
     })
 }
 
-/// Write JSON through a temporary file and a rename, so an interrupted
-/// write never leaves a half file that a resumed bench would read.
+/// Write JSON ([`wmrl_run::atomic_write`]: a temporary file and a rename),
+/// so an interrupted write never leaves a half file that a resumed bench
+/// would read.
 pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     let text = serde_json::to_string_pretty(value).map_err(|source| Error::Json {
         path: path.into(),
         source,
     })?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io_err(path))
-}
-
-/// Append one JSON line to `f` (opened by [`create_jsonl`]).
-pub(crate) fn append_jsonl<T: Serialize>(
-    f: &mut std::fs::File,
-    path: &Path,
-    value: &T,
-) -> Result<()> {
-    let line = serde_json::to_string(value).map_err(|source| Error::Json {
-        path: path.into(),
-        source,
-    })?;
-    writeln!(f, "{line}").map_err(io_err(path))
-}
-
-/// An empty JSONL file at `path`.
-pub(crate) fn create_jsonl(path: &Path) -> Result<std::fs::File> {
-    std::fs::File::create(path).map_err(io_err(path))
+    Ok(wmrl_run::atomic_write(path, text.as_bytes())?)
 }
 
 /// How the settings `now` differ from the recorded `then` (read from or

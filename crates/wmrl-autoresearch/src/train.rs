@@ -27,7 +27,6 @@ use wmrl_core::{
     AnchorGroup, Arm, CoreConfig, CorrectionLoop, Ledger, RefitDecision, Run, Schedule,
     ScorerError, Scorers, Stage, StepOutcome, Track,
 };
-use wmrl_run::cut_back;
 
 use crate::arm::{ar_name, check_ar_arm, serde_ar_arm};
 use crate::competition::{Competition, Split, Suite};
@@ -37,7 +36,7 @@ use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
-use crate::rundir::{append_jsonl, create_jsonl, settings_difference, write_json};
+use crate::rundir::{settings_difference, write_json};
 use wmrl_run::clock::process_cpu_secs;
 use wmrl_run::{RunDir, Saved};
 
@@ -567,17 +566,9 @@ struct ArTrack<'a> {
     train_comps: Vec<usize>,
     evals: Vec<EvalPoint>,
     step_logs: Vec<StepLog>,
-    /// The run directory, when there is one, with its open eval.jsonl (and
-    /// refits.jsonl when the arm refits); step records go through the
-    /// run's journal.
-    files: Option<RunFiles<'a>>,
-}
-
-/// An open run directory.
-struct RunFiles<'a> {
-    dir: &'a RunDir,
-    eval: std::fs::File,
-    refits: Option<std::fs::File>,
+    /// The run directory, when there is one (step records go through the
+    /// run's journal; evaluations and refits are appended here).
+    files: Option<&'a RunDir>,
 }
 
 /// The AutoResearch track's part of a checkpoint (`track` in
@@ -806,10 +797,8 @@ impl Track for ArTrack<'_> {
             anchor_rows = record.anchor_rows,
             "predictor refit"
         );
-        if let Some(f) = self.files.as_mut()
-            && let Some(file) = f.refits.as_mut()
-        {
-            append_jsonl(file, &f.dir.refits(), &record)?;
+        if let Some(d) = self.files {
+            wmrl_run::append(&d.refits(), &record)?;
         }
         self.refits.push(record);
         if decision.accepted {
@@ -877,8 +866,8 @@ impl Track for ArTrack<'_> {
             valid_fraction: heldout.map(|h| h.valid_fraction),
             train_competitions,
         };
-        if let Some(f) = t.files.as_mut() {
-            append_jsonl(&mut f.eval, &f.dir.eval(), &point)?;
+        if let Some(d) = t.files {
+            wmrl_run::append(&d.eval(), &point)?;
         }
         t.evals.push(point);
         Ok(())
@@ -1098,42 +1087,33 @@ fn read_resume(
     })
 }
 
-/// The run directory's record files: its settings written, each record
-/// file created, or cut back to the checkpoint's length on resume.
+/// The run directory, its settings written and its record files emptied
+/// for a fresh run (refits.jsonl created when the arm refits), or cut back
+/// to the checkpoint's lengths on resume.
 fn open_files<'a>(
     run_dir: Option<&'a RunDir>,
     cfg: &TrainConfig,
     resume: Option<&Saved<ArState>>,
     refits: bool,
-) -> Result<Option<RunFiles<'a>>> {
-    Ok(match run_dir {
-        Some(d) => {
-            std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
-            write_json(&d.config_json(), cfg)?;
-            let open = |p: std::path::PathBuf, keep: Option<u64>| -> Result<std::fs::File> {
-                let Some(len) = keep else {
-                    return create_jsonl(&p);
-                };
-                // Continue after what the checkpoint had written.
-                cut_back(&p, len)?;
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(&p)
-                    .map_err(io_err(&p))
-            };
-            // The step records are the journal's ([`wmrl_run::RunJournal`]):
-            // here the file is only emptied or cut back.
-            open(d.metrics(), resume.map(|c| c.records.metrics_len))?;
-            Some(RunFiles {
-                dir: d,
-                eval: open(d.eval(), resume.map(|c| c.records.eval_len))?,
-                refits: refits
-                    .then(|| open(d.refits(), resume.map(|c| c.records.refits_len)))
-                    .transpose()?,
-            })
+) -> Result<Option<&'a RunDir>> {
+    let Some(d) = run_dir else {
+        return Ok(None);
+    };
+    std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
+    write_json(&d.config_json(), cfg)?;
+    match resume {
+        Some(ck) => d.cut_back_to(&ck.records)?,
+        None => {
+            let mut fresh = vec![d.metrics(), d.eval()];
+            if refits {
+                fresh.push(d.refits());
+            }
+            for p in fresh {
+                std::fs::File::create(&p).map_err(io_err(&p))?;
+            }
         }
-        None => None,
-    })
+    }
+    Ok(Some(d))
 }
 
 /// Put a checkpoint's policy, sampler, records and refitted predictor back

@@ -109,9 +109,7 @@ pub fn write_tensors(path: &Path, tensors: &HashMap<String, Tensor>) -> Result<(
 
 pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<()> {
     let s = serde_json::to_string_pretty(value).map_err(|e| json_err(path, e))?;
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, s).map_err(|e| io_err(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| io_err(path, e))
+    wmrl_run::atomic_write(path, s.as_bytes()).map_err(|e| io_err(path, e.message))
 }
 
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {

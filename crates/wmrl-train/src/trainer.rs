@@ -436,9 +436,7 @@ impl Trainer {
         let sp = self.run.track.files.summary();
         let text = serde_json::to_string_pretty(&summary)
             .map_err(|e| TrainError::Report(e.to_string()))?;
-        let tmp = sp.with_extension("json.tmp");
-        std::fs::write(&tmp, text).map_err(io_err(&tmp))?;
-        std::fs::rename(&tmp, &sp).map_err(io_err(&sp))?;
+        wmrl_run::atomic_write(&sp, text.as_bytes())?;
         Ok(summary)
     }
 }

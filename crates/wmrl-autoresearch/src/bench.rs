@@ -558,24 +558,26 @@ pub fn run_bench(
     );
     let names = AR_ARMS.map(ar_name);
     let seeds: Vec<u64> = (0..cfg.seeds).collect();
-    let slots = fan_out(out, &names, &seeds);
-    let todo: Vec<BenchJob> = slots
-        .iter()
-        .filter(|x| !x.finished())
-        .map(|x| BenchJob {
-            name: format!("{}-seed{}", names[x.arm], x.seed),
-            run: x.run.clone(),
-            steps: cfg.train.steps as u64,
-            resumed: x.run.interrupted(),
+    // Each run still to do, with what progress counts of it.
+    let plan: Vec<(Slot, Option<BenchJob>)> = fan_out(out, &names, &seeds)
+        .into_iter()
+        .map(|x| {
+            let job = (!x.finished()).then(|| BenchJob {
+                name: format!("{}-seed{}", names[x.arm], x.seed),
+                run: x.run.clone(),
+                steps: cfg.train.steps as u64,
+                resumed: x.run.interrupted(),
+            });
+            (x, job)
         })
         .collect();
+    let todo: Vec<BenchJob> = plan.iter().filter_map(|(_, j)| j.clone()).collect();
     let progress = BenchProgress::new("autoresearch bench", &todo, true);
-    let mut todo = todo.iter();
     let mut reports = Vec::new();
-    for Slot { arm, seed, run } in slots {
+    for (Slot { arm, seed, run }, job) in plan {
         let arm = AR_ARMS[arm];
         let done = run.summary();
-        if done.exists() {
+        let Some(job) = job else {
             let r: TrainReport = read_json(&done)?;
             if r.arm != arm || r.seed != seed {
                 return Err(Error::Config(format!(
@@ -589,11 +591,8 @@ pub fn run_bench(
             tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
             reports.push(r);
             continue;
-        }
-        let job = todo
-            .next()
-            .ok_or_else(|| Error::Config("bench plan".into()))?;
-        progress.started(job);
+        };
+        progress.started(&job);
         let refit = crate::train::PredictorRefit {
             predictor: &pred,
             data: &train_data,
@@ -610,7 +609,7 @@ pub fn run_bench(
             Some(&run),
             Some(&refit),
         )?;
-        progress.ended(job);
+        progress.ended(&job);
         tracing::info!(
             arm = ar_name(arm),
             seed,

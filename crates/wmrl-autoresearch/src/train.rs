@@ -933,7 +933,7 @@ pub fn train_with_refit(
     let refits = cfg.refits(arm);
     let train_comps = check_inputs(cfg, arm, seed, suite, predictor, refit, refits)?;
     let resume = read_resume(run_dir, cfg, arm, seed)?;
-    let files = open_files(run_dir, cfg, resume.as_ref(), refits)?;
+    prepare_run_dir(run_dir, cfg, resume.as_ref(), refits)?;
     let mut track = ArTrack {
         cfg,
         arm,
@@ -951,7 +951,7 @@ pub fn train_with_refit(
         train_comps,
         evals: Vec::new(),
         step_logs: Vec::new(),
-        files,
+        files: run_dir,
     };
     let core = CorrectionLoop::new(cfg.core.clone(), arm, seed)?;
     let resumed = resume.is_some();
@@ -1090,14 +1090,14 @@ fn read_resume(
 /// The run directory, its settings written and its record files emptied
 /// for a fresh run (refits.jsonl created when the arm refits), or cut back
 /// to the checkpoint's lengths on resume.
-fn open_files<'a>(
-    run_dir: Option<&'a RunDir>,
+fn prepare_run_dir(
+    run_dir: Option<&RunDir>,
     cfg: &TrainConfig,
     resume: Option<&Saved<ArState>>,
     refits: bool,
-) -> Result<Option<&'a RunDir>> {
+) -> Result<()> {
     let Some(d) = run_dir else {
-        return Ok(None);
+        return Ok(());
     };
     std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
     write_json(&d.config_json(), cfg)?;
@@ -1113,7 +1113,7 @@ fn open_files<'a>(
             }
         }
     }
-    Ok(Some(d))
+    Ok(())
 }
 
 /// Put a checkpoint's policy, sampler, records and refitted predictor back

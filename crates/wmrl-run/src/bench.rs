@@ -163,8 +163,8 @@ impl BenchProgress {
         self.shared.refresh();
     }
 
-    /// The run named `name` ended (finished, failed, or could not start):
-    /// all its steps count as done from now on.
+    /// `job` ended (finished, failed, or could not start): all its steps
+    /// count as done from now on.
     pub fn ended(&self, job: &BenchJob) {
         if let Ok(mut c) = self.shared.counts.lock() {
             c.running.retain(|j| j.name != job.name);

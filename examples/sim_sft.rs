@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use wmrl_policy::candle::{DType, Device};
-use wmrl_policy::{EvalConfig, Policy, PolicyConfig, SftConfig, SftDataset, evaluate, train_sft};
+use wmrl_policy::{
+    EvalConfig, Policy, PolicyConfig, PolicySft, SftConfig, SftDataset, evaluate, train_sft,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a: Vec<String> = std::env::args().collect();
@@ -66,7 +68,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         scfg.batch_size = v;
     }
     if steps > 0 {
-        let rep = train_sft(&policy, &data, &scfg, &out, true, true)?;
+        let rep = train_sft(
+            &PolicySft {
+                policy: &policy,
+                data: &data,
+            },
+            &scfg,
+            &out,
+            true,
+            true,
+        )?;
         println!("{}", serde_json::to_string(&rep)?);
     }
     let policy = Policy::load(&out)?;

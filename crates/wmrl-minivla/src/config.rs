@@ -152,7 +152,7 @@ impl LlmConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MiniVlaConfig {
-    /// `full` or `scaled_down` (informational).
+    /// `full`, `small` or `scaled_down` (informational).
     pub preset: String,
     /// `vision_backbone.featurizer`: DINOv2.
     pub dino: VitConfig,
@@ -225,6 +225,42 @@ impl MiniVlaConfig {
                 ..full.llm
             },
             tokenizer_len: 600,
+            ..full
+        }
+    }
+
+    /// The same structure and tensor names at a size that trains on two CPU
+    /// cores (`wmrl sft --minivla small`, models/minivla-small): 56-pixel
+    /// images (16 patches of 14 pixels) from two cameras, ViTs of width 64
+    /// with features after 2 of 3 blocks, a 3-layer Qwen2 of width 128 and
+    /// a 384-token vocabulary (word-level prompt tokens, then the 255
+    /// action tokens). About 0.96M parameters.
+    pub fn small() -> Self {
+        let full = Self::full();
+        let vit = |v: VitConfig| VitConfig {
+            image_size: 56,
+            width: 64,
+            depth: 3,
+            heads: 4,
+            mlp_hidden: 128,
+            feature_blocks: 2,
+            ..v
+        };
+        Self {
+            preset: "small".into(),
+            dino: vit(full.dino.clone()),
+            siglip: vit(full.siglip.clone()),
+            llm: LlmConfig {
+                vocab_size: 384,
+                hidden_size: 128,
+                intermediate_size: 384,
+                num_hidden_layers: 3,
+                num_attention_heads: 4,
+                num_key_value_heads: 2,
+                ..full.llm
+            },
+            n_images: 2,
+            tokenizer_len: 384,
             ..full
         }
     }

@@ -16,6 +16,7 @@ use wmrl_policy::{
     ActionPolicy, Learner, PolicyError, UpdateBatch, UpdateSettings, UpdateStats, minibatch_orders,
 };
 
+use crate::policy::model_error;
 use crate::rl::{ActionSample, ActionStep, LoraConfig, Prefix};
 use crate::{ACTION_DIM, MiniVlaError, MiniVlaPolicy, Result};
 
@@ -38,10 +39,6 @@ impl std::fmt::Debug for MiniVlaLearner {
             .field("micro_batch", &self.micro_batch)
             .finish()
     }
-}
-
-fn policy_error(e: MiniVlaError) -> PolicyError {
-    PolicyError::Model(format!("minivla: {e}"))
 }
 
 impl MiniVlaLearner {
@@ -128,7 +125,7 @@ impl Learner for MiniVlaLearner {
                 "minivla: no KL-to-reference term (the adapters start from the checkpoint); set update.loss.kl_beta = 0".into(),
             ));
         }
-        let steps = self.steps(batch).map_err(policy_error)?;
+        let steps = self.steps(batch).map_err(model_error)?;
         let objective = Objective {
             clip_low: settings.loss.clip_low,
             clip_high: settings.loss.clip_high,
@@ -153,7 +150,7 @@ impl Learner for MiniVlaLearner {
                         self.micro_batch,
                         Some(settings.step),
                     )
-                    .map_err(policy_error)?;
+                    .map_err(model_error)?;
                 stats.add(&s, st.grad_norm);
             }
         }
@@ -168,7 +165,7 @@ impl Learner for MiniVlaLearner {
         self.policy
             .model()
             .save_adapters(&dir.join(ADAPTERS_FILE))
-            .map_err(policy_error)?;
+            .map_err(model_error)?;
         let state = self
             .opt
             .state()
@@ -186,7 +183,7 @@ impl Learner for MiniVlaLearner {
         self.policy
             .model()
             .export_merged(start, dst)
-            .map_err(policy_error)?;
+            .map_err(model_error)?;
         let stats = start.join(crate::STATS_FILE);
         if stats.exists() {
             std::fs::copy(&stats, dst.join(crate::STATS_FILE)).map_err(|e| PolicyError::Io {
@@ -211,7 +208,7 @@ impl Learner for MiniVlaLearner {
         self.policy
             .model()
             .load_adapters(&dir.join(ADAPTERS_FILE))
-            .map_err(policy_error)?;
+            .map_err(model_error)?;
         self.opt.restore(state).map_err(|e| match e {
             wmrl_grpo::GrpoError::State { tensor, message } => PolicyError::Checkpoint {
                 path: path.display().to_string(),

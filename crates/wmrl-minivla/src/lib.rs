@@ -5,10 +5,11 @@
 //! loads a Prismatic checkpoint converted by `scripts/convert_minivla.py`
 //! (key map in docs/policy.md).
 //!
-//! Inference (load, greedy `predict_action`) and the pieces of GRPO on the
-//! action tokens (`rl`: LoRA adapters, sampled and recomputed
-//! log-probabilities, the objective, merged export); it must never
-//! download anything (tokenizer and weights come from the directory).
+//! Inference (load, greedy `predict_action`), whole-model behaviour cloning
+//! on demonstrations ([`MiniVlaSft`], `wmrl sft --minivla`) and the pieces
+//! of GRPO on the action tokens (`rl`: LoRA adapters, sampled and
+//! recomputed log-probabilities, the objective, merged export); it must
+//! never download anything (tokenizer and weights come from the directory).
 
 mod config;
 mod learner;
@@ -17,6 +18,7 @@ mod llm;
 mod model;
 mod policy;
 pub mod rl;
+mod sft;
 pub mod stand_in;
 mod vit;
 
@@ -28,6 +30,7 @@ pub use learner::{ADAPTER_OPTIMIZER_FILE, ADAPTERS_FILE, MiniVlaLearner};
 pub use model::{CONFIG_FILE, MiniVla, TOKENIZER_FILE, WEIGHTS_FILE, prompt, tensor_shapes};
 pub use policy::{MiniVlaPolicy, STATS_FILE, is_minivla_dir};
 pub use rl::{ActionSample, ActionStep, LoraConfig, Prefix};
+pub use sft::MiniVlaSft;
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Device, Module, Shape, Tensor};
+use candle_core::{DType, Device, Module, Shape, Tensor, Var};
 use candle_nn::var_builder::SimpleBackend;
 use candle_nn::{Init, VarBuilder};
 
@@ -163,6 +163,20 @@ pub fn tensor_shapes(cfg: &MiniVlaConfig) -> Result<BTreeMap<String, Vec<usize>>
     Ok(build_checked(cfg, None, "<shapes>", DType::F32, &Device::Cpu)?.1)
 }
 
+/// `img` resized to `n` x `n` (bicubic, "resize-naive"), or itself when it
+/// has that size already (demonstrations resized once at load).
+pub(crate) fn resize_to(img: &image::RgbImage, n: usize) -> std::borrow::Cow<'_, image::RgbImage> {
+    if img.width() as usize == n && img.height() as usize == n {
+        return std::borrow::Cow::Borrowed(img);
+    }
+    std::borrow::Cow::Owned(image::imageops::resize(
+        img,
+        n as u32,
+        n as u32,
+        image::imageops::FilterType::CatmullRom,
+    ))
+}
+
 /// The prompt MiniVLA was trained on (`QwenPromptBuilder`, one human turn,
 /// instruction lower-cased as `predict_action` does).
 pub fn prompt(system: &str, instruction: &str) -> String {
@@ -199,12 +213,37 @@ impl MiniVla {
     /// converted Prismatic runs, is cast). `tokenizer.json` is optional:
     /// without it only [`MiniVla::predict_action_ids`] works.
     pub fn load_on(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
+        Ok(Self::load_with(dir, device, dtype, false)?.0)
+    }
+
+    /// As [`MiniVla::load_on`] in f32 with every tensor of the checkpoint a
+    /// [`Var`], returned by name: the model that whole-model training
+    /// (`wmrl sft`, [`crate::MiniVlaSft`]) differentiates and updates.
+    pub fn load_trainable(dir: &Path, device: &Device) -> Result<(Self, Vec<(String, Var)>)> {
+        Self::load_with(dir, device, DType::F32, true)
+    }
+
+    fn load_with(
+        dir: &Path,
+        device: &Device,
+        dtype: DType,
+        trainable: bool,
+    ) -> Result<(Self, Vec<(String, Var)>)> {
         let cfg_path = dir.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| io(&cfg_path, e))?;
         let cfg: MiniVlaConfig = serde_json::from_str(&text).map_err(|e| io(&cfg_path, e))?;
         let w_path = dir.join(WEIGHTS_FILE);
-        let tensors =
+        let mut tensors =
             candle_core::safetensors::load(&w_path, &Device::Cpu).map_err(|e| io(&w_path, e))?;
+        let mut vars = Vec::new();
+        if trainable {
+            for (name, t) in tensors.iter_mut() {
+                let v = Var::from_tensor(&t.to_dtype(dtype)?.to_device(device)?)?;
+                *t = v.as_tensor().clone();
+                vars.push((name.clone(), v));
+            }
+            vars.sort_by(|a, b| a.0.cmp(&b.0));
+        }
         let tok_path = dir.join(TOKENIZER_FILE);
         let tokenizer = if tok_path.exists() {
             Some(
@@ -216,7 +255,7 @@ impl MiniVla {
         };
         let mut m = Self::build_from(&cfg, tensors, &w_path.display().to_string(), device, dtype)?;
         m.tokenizer = tokenizer;
-        Ok(m)
+        Ok((m, vars))
     }
 
     /// Build from tensors held in memory under the converted names (every
@@ -354,16 +393,25 @@ impl MiniVla {
                 self.cfg.n_images
             )));
         }
+        self.splice(&self.vision_tokens(images, false)?, prompt_ids)
+    }
+
+    /// `[b, prompt + vision tokens, hidden]`: the prompt's embeddings with
+    /// `patches` (`[b, vision tokens, hidden]`) after its first token.
+    pub(crate) fn splice(&self, patches: &Tensor, prompt_ids: &[u32]) -> Result<Tensor> {
         if prompt_ids.is_empty() {
             return Err(MiniVlaError::Tokenizer("empty prompt".into()));
         }
-        let patches = self.vision_tokens(images)?;
+        let (b, _, h) = patches.dims3()?;
         let ids = Tensor::new(prompt_ids, &self.device)?.unsqueeze(0)?;
-        let text = self.llm.embed(&ids)?;
+        let text = self
+            .llm
+            .embed(&ids)?
+            .broadcast_as((b, prompt_ids.len(), h))?;
         Ok(Tensor::cat(
             &[
                 &text.narrow(1, 0, 1)?,
-                &patches,
+                patches,
                 &text.narrow(1, 1, prompt_ids.len() - 1)?,
             ],
             1,
@@ -379,18 +427,38 @@ impl MiniVla {
         -1.0 + (2 * idx + 1) as f32 / (n - 1) as f32
     }
 
-    /// Projected patch tokens `[1, n_images * patches, hidden]`.
-    fn vision_tokens(&self, images: &[image::RgbImage]) -> Result<Tensor> {
+    /// The action token whose bin centre is nearest `a` (clipped to
+    /// [-1, 1]): the inverse of [`MiniVla::action_of_token`] on the action
+    /// tokens, and OpenVLA's `np.digitize` encoding except that 1.0 maps
+    /// into the last bin that decodes (as every value there decodes).
+    pub fn token_of_action(&self, a: f32) -> u32 {
+        let n = self.cfg.n_bins as i64;
+        let a = if a.is_nan() { 0.0 } else { a.clamp(-1.0, 1.0) };
+        let idx = (((a + 1.0) / 2.0 * (n - 1) as f32).floor() as i64).clamp(0, n - 2);
+        (self.cfg.tokenizer_len as i64 - idx - 1) as u32
+    }
+
+    /// Projected patch tokens `[b, n_images * patches, hidden]` of `b`
+    /// observations of `n_images` images each, one observation after the
+    /// other (`diff`: differentiable forms, for training the whole model).
+    pub(crate) fn vision_tokens(&self, images: &[image::RgbImage], diff: bool) -> Result<Tensor> {
+        let n = self.cfg.n_images;
+        if images.is_empty() || !images.len().is_multiple_of(n) {
+            return Err(MiniVlaError::Config(format!(
+                "{} images is not a whole number of {n}-image observations",
+                images.len()
+            )));
+        }
         let d = self
             .dino
-            .forward_features(&self.pixels(images, &self.cfg.dino)?)?;
+            .forward_features(&self.pixels(images, &self.cfg.dino)?, diff)?;
         let s = self
             .siglip
-            .forward_features(&self.pixels(images, &self.cfg.siglip)?)?;
-        // [n, p, w] -> [1, n * p, w], images one after the other
+            .forward_features(&self.pixels(images, &self.cfg.siglip)?, diff)?;
+        // [b * n, p, w] -> [b, n * p, w], images one after the other
         let flat = |t: Tensor| -> candle_core::Result<Tensor> {
-            let (n, p, w) = t.dims3()?;
-            t.reshape((1, n * p, w))
+            let (_, p, w) = t.dims3()?;
+            t.reshape((images.len() / n, n * p, w))
         };
         Ok(self.projector.forward(&fuse(&flat(d)?, &flat(s)?)?)?)
     }
@@ -400,12 +468,7 @@ impl MiniVla {
         let n = c.image_size;
         let mut data = Vec::with_capacity(images.len() * 3 * n * n);
         for img in images {
-            let r = image::imageops::resize(
-                img,
-                n as u32,
-                n as u32,
-                image::imageops::FilterType::CatmullRom,
-            );
+            let r = resize_to(img, n);
             for ch in 0..3 {
                 data.extend(
                     r.pixels()

@@ -65,7 +65,25 @@ fn frame_image(f: &Frame) -> Result<image::RgbImage> {
     })
 }
 
-fn model_error(e: MiniVlaError) -> PolicyError {
+/// The images of one observation in the model's order: the agent view,
+/// then (for a two-image model) the wrist camera when the environment has
+/// one, else the previous call's agent view `prev` (else the agent view).
+pub(crate) fn observation_images(
+    n_images: usize,
+    frames: &[Frame],
+    prev: Option<&Frame>,
+) -> Result<Vec<image::RgbImage>> {
+    let agent = frames
+        .first()
+        .ok_or_else(|| MiniVlaError::Config("the observation has no camera frame".into()))?;
+    let mut out = vec![frame_image(agent)?];
+    if n_images == 2 {
+        out.push(frame_image(frames.get(1).or(prev).unwrap_or(agent))?);
+    }
+    Ok(out)
+}
+
+pub(crate) fn model_error(e: MiniVlaError) -> PolicyError {
     PolicyError::Model(format!("minivla: {e}"))
 }
 
@@ -112,24 +130,12 @@ impl MiniVlaPolicy {
         self.model.prefix(&self.images(input)?, &ids)
     }
 
-    /// The images of one observation in the model's order: the agent view,
-    /// then (for a two-image model) the wrist camera when the environment
-    /// has one, else the previous call's agent view.
     fn images(&self, input: &PolicyInput) -> Result<Vec<image::RgbImage>> {
-        let agent = input
-            .frames
-            .first()
-            .ok_or_else(|| MiniVlaError::Config("the observation has no camera frame".into()))?;
-        let mut out = vec![frame_image(agent)?];
-        if self.model.config().n_images == 2 {
-            let second = input
-                .frames
-                .get(1)
-                .or(input.prev_frame.as_ref())
-                .unwrap_or(agent);
-            out.push(frame_image(second)?);
-        }
-        Ok(out)
+        observation_images(
+            self.model.config().n_images,
+            &input.frames,
+            input.prev_frame.as_ref(),
+        )
     }
 
     /// The environment action of 7 action tokens.

@@ -918,3 +918,159 @@ fn a_micro_batched_update_equals_the_whole_batch_update() {
             .is_err()
     );
 }
+
+#[test]
+fn action_tokens_and_actions_invert_each_other() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (m, _, _) = rl_checkpoint(dir.path());
+    let (lo, n) = m.action_range();
+    for t in lo..lo + n as u32 {
+        assert_eq!(m.token_of_action(m.action_of_token(t)), t, "token {t}");
+    }
+    let half_bin = 1.0 / (m.config().n_bins - 1) as f32 + 1e-6;
+    for i in 0..=400 {
+        let a = -1.0 + i as f32 / 200.0;
+        let t = m.token_of_action(a);
+        assert!(t >= lo && t < lo + n as u32, "{a} -> {t}");
+        assert!((m.action_of_token(t) - a).abs() <= half_bin, "{a} -> {t}");
+    }
+    // out of range and NaN land on action tokens too
+    assert_eq!(m.token_of_action(7.0), m.token_of_action(1.0));
+    assert_eq!(m.token_of_action(-7.0), lo + n as u32 - 1);
+    assert!((lo..lo + n as u32).contains(&m.token_of_action(f32::NAN)));
+}
+
+/// A two-camera demonstration of `len` steps whose action depends on the
+/// agent view (bright frames: +0.5, dark: -0.5 on every dimension).
+fn demo(len: usize) -> wmrl_env::Episode {
+    let cam = |name: &str| wmrl_env::CameraSpec {
+        name: name.into(),
+        width: 32,
+        height: 32,
+    };
+    let steps = (0..len)
+        .map(|t| {
+            let bright = t % 2 == 0;
+            let img = frame(32, 32, t as u32);
+            let rgb: Vec<u8> = img
+                .as_raw()
+                .iter()
+                .map(|&v| if bright { v / 2 + 128 } else { v / 2 })
+                .collect();
+            let f = wmrl_env::Frame::new(32, 32, rgb).expect("frame");
+            wmrl_env::EpisodeStep {
+                frames: vec![f.clone(), f],
+                proprio: vec![0.0; 9],
+                action: vec![if bright { 0.5 } else { -0.5 }; 7],
+                progress: None,
+            }
+        })
+        .collect();
+    wmrl_env::Episode {
+        suite: "test".into(),
+        task: 0,
+        init_state: 0,
+        seed: 0,
+        instruction: "put the bowl on the plate".into(),
+        cameras: vec![cam("agentview"), cam("wrist")],
+        success: true,
+        final_progress: None,
+        source: "test".into(),
+        steps,
+    }
+}
+
+#[test]
+fn whole_model_sft_trains_every_part_and_saves_a_loadable_checkpoint() {
+    use wmrl_policy::{SftConfig, SftModel};
+    let dir = tempfile::tempdir().expect("tmp");
+    let cfg = MiniVlaConfig {
+        n_images: 2,
+        ..MiniVlaConfig::scaled_down()
+    };
+    let words = ["put", "the", "bowl", "on", "plate"];
+    crate::stand_in::write_stand_in(dir.path(), &cfg, 3, DType::F32, &words).expect("init");
+    let mut sft = crate::MiniVlaSft::load(dir.path(), &Device::Cpu).expect("load");
+    sft.push_episode(&demo(8)).expect("demo");
+    assert_eq!((sft.n_samples(), sft.n_episodes()), (8, 1));
+    let mut bad = demo(1);
+    bad.steps[0].action.pop();
+    assert!(sft.push_episode(&bad).is_err(), "a 6-D action is refused");
+
+    // the gradient reaches both backbones, the projector and the LM
+    let all: Vec<usize> = (0..8).collect();
+    let (loss, _) = sft.loss(&all).expect("loss");
+    let grads = loss.backward().expect("backward");
+    let vars = sft.vars();
+    let touched = |prefix: &str| {
+        vars.iter().any(|(k, v)| {
+            k.starts_with(prefix)
+                && grads
+                    .get(v.as_tensor())
+                    .and_then(|g| g.abs().ok()?.sum_all().ok()?.to_scalar::<f32>().ok())
+                    .is_some_and(|s| s > 0.0)
+        })
+    };
+    for part in [
+        "vision_backbone.featurizer.patch_embed",
+        "vision_backbone.featurizer.blocks.0",
+        "vision_backbone.fused_featurizer.blocks.0",
+        "projector.fc1",
+        "language_model.model.layers.1",
+        "language_model.model.embed_tokens",
+    ] {
+        assert!(touched(part), "no gradient reaches {part}");
+    }
+
+    let out = tempfile::tempdir().expect("out");
+    let mut scfg = SftConfig {
+        steps: 30,
+        batch_size: 8,
+        checkpoint_every: 10,
+        log_every: 10,
+        ..SftConfig::default()
+    };
+    scfg.optim.lr = 3e-3;
+    scfg.optim.warmup_steps = 2;
+    scfg.optim.total_steps = 30;
+    let first = sft
+        .loss(&all)
+        .expect("loss")
+        .0
+        .to_scalar::<f32>()
+        .expect("s");
+    let report = wmrl_policy::train_sft(&sft, &scfg, out.path(), false, false).expect("sft");
+    let (last, acc) = sft.loss(&all).expect("loss");
+    let last = last.to_scalar::<f32>().expect("s");
+    assert!(
+        last < 0.5 * first && acc > 0.9,
+        "loss {first} -> {last}, accuracy {acc} ({report:?})"
+    );
+
+    // the saved directory is a MiniVLA (tokenizer copied) acting as trained
+    assert!(crate::is_minivla_dir(out.path()));
+    let saved = MiniVla::load(out.path()).expect("saved");
+    let ep = demo(2);
+    for (t, step) in ep.steps.iter().enumerate() {
+        let images = crate::policy::observation_images(2, &step.frames, None).expect("images");
+        let action = saved
+            .predict_action(&images, &ep.instruction)
+            .expect("predict");
+        let want = if t % 2 == 0 { 0.5 } else { -0.5 };
+        assert!(
+            action.iter().all(|a| (a - want).abs() < 0.01),
+            "step {t}: {action:?}"
+        );
+    }
+    // resume restores the saved parameters over a fresh start
+    let mut fresh = crate::MiniVlaSft::load(dir.path(), &Device::Cpu).expect("fresh");
+    fresh.push_episode(&demo(8)).expect("demo");
+    fresh.restore(out.path()).expect("restore");
+    let restored = fresh
+        .loss(&all)
+        .expect("loss")
+        .0
+        .to_scalar::<f32>()
+        .expect("s");
+    assert!((restored - last).abs() < 1e-5, "{restored} vs {last}");
+}

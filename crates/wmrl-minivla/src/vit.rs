@@ -11,10 +11,14 @@
 //! same candle-transformers pieces (`with_tracing::{linear, layer_norm}`).
 //! Blocks past `feature_blocks`, `norm` and `attn_pool` are loaded (they are
 //! in the checkpoint and counted) but never run.
+//!
+//! `diff = true` takes differentiable forms of layer norm and softmax
+//! (candle's fused kernels record no backward) for training the whole model
+//! (`crate::sft`); the arithmetic is the same.
 
 use candle_core::{D, Module, Result, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::with_tracing::{LayerNorm, Linear, layer_norm, linear};
+use candle_nn::{LayerNorm, VarBuilder};
+use candle_transformers::models::with_tracing::{Linear, linear};
 
 use crate::config::VitConfig;
 
@@ -34,7 +38,7 @@ impl Attention {
         })
     }
 
-    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+    fn forward(&self, xs: &Tensor, diff: bool) -> Result<Tensor> {
         let (b, n, c) = xs.dims3()?;
         let hd = c / self.heads;
         // [b, n, 3, h, hd] -> [3, b, h, n, hd]
@@ -46,7 +50,12 @@ impl Attention {
         let q = (qkv.get(0)?.contiguous()? * (1.0 / (hd as f64).sqrt()))?;
         let k = qkv.get(1)?.contiguous()?;
         let v = qkv.get(2)?.contiguous()?;
-        let attn = candle_nn::ops::softmax_last_dim(&q.matmul(&k.t()?)?)?;
+        let w = q.matmul(&k.t()?)?;
+        let attn = if diff {
+            candle_nn::ops::softmax(&w, D::Minus1)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&w)?
+        };
         let out = attn.matmul(&v)?.transpose(1, 2)?.reshape((b, n, c))?;
         self.proj.forward(&out)
     }
@@ -101,15 +110,27 @@ impl Block {
         })
     }
 
-    fn forward(&self, xs: &Tensor) -> Result<Tensor> {
+    fn forward(&self, xs: &Tensor, diff: bool) -> Result<Tensor> {
         let scale = |y: Tensor, ls: &Option<Tensor>| match ls {
             Some(g) => y.broadcast_mul(g),
             None => Ok(y),
         };
-        let y = scale(self.attn.forward(&self.norm1.forward(xs)?)?, &self.ls1)?;
-        let xs = (xs + y)?;
-        let y = scale(self.mlp.forward(&self.norm2.forward(&xs)?)?, &self.ls2)?;
-        xs + y
+        let y = self.attn.forward(&norm(&self.norm1, xs, diff)?, diff)?;
+        let xs = (xs + scale(y, &self.ls1)?)?;
+        let y = self.mlp.forward(&norm(&self.norm2, &xs, diff)?)?;
+        xs + scale(y, &self.ls2)?
+    }
+}
+
+fn layer_norm(width: usize, eps: f64, vb: VarBuilder) -> Result<LayerNorm> {
+    candle_nn::layer_norm(width, eps, vb)
+}
+
+/// Layer norm, by candle's fused kernel or (`diff`) its differentiable form.
+fn norm(n: &LayerNorm, xs: &Tensor, diff: bool) -> Result<Tensor> {
+    match (diff, n.bias()) {
+        (true, Some(b)) => candle_nn::ops::layer_norm_slow(xs, n.weight(), b, n.eps() as f32),
+        _ => n.forward(xs),
     }
 }
 
@@ -180,7 +201,7 @@ impl Vit {
     }
 
     /// `[b, 3, h, w]` normalised pixels -> `[b, patches, width]`.
-    pub fn forward_features(&self, pixels: &Tensor) -> Result<Tensor> {
+    pub fn forward_features(&self, pixels: &Tensor, diff: bool) -> Result<Tensor> {
         let xs = self.patch_embed.forward(pixels)?;
         let (b, c, h, w) = xs.dims4()?;
         let xs = xs.reshape((b, c, h * w))?.transpose(1, 2)?;
@@ -190,7 +211,7 @@ impl Vit {
             None => xs,
         };
         for blk in &self.blocks {
-            xs = blk.forward(&xs)?;
+            xs = blk.forward(&xs, diff)?;
         }
         xs.narrow(1, self.n_prefix, h * w)?.contiguous()
     }

@@ -59,7 +59,9 @@ pub use model::PreparedInputs;
 pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
 pub use policy::{Policy, Sample, TokenStats, sample_row};
 pub use runconfig::{RunConfig, apply_overrides};
-pub use sft::{PROPRIO_STD_FLOOR, SftConfig, SftDataset, SftReport, can_resume, train_sft};
+pub use sft::{
+    PROPRIO_STD_FLOOR, PolicySft, SftConfig, SftDataset, SftModel, SftReport, can_resume, train_sft,
+};
 
 /// The first CUDA device for candle, or why the policy cannot use one:
 /// this build lacks the `cuda` feature, or candle finds no GPU or driver.

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use candle_core::Var;
 use wmrl_grpo::AdamW;
 pub use wmrl_grpo::{OptimConfig, StepStats};
 
@@ -44,7 +45,13 @@ impl PolicyOptimizer {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        Ok(Self(AdamW::new(&vars, cfg, prefixes)?))
+        Self::over(&vars, cfg, prefixes)
+    }
+
+    /// AdamW over any named parameters (another policy's, e.g. a whole
+    /// MiniVLA in [`crate::train_sft`]), with the same state file.
+    pub fn over(vars: &[(String, Var)], cfg: OptimConfig, prefixes: &[String]) -> Result<Self> {
+        Ok(Self(AdamW::new(vars, cfg, prefixes)?))
     }
 
     /// Save the moments and the step counter.

@@ -3,13 +3,15 @@
 //! the action chunk `t .. t + chunk`, masked past the episode's end).
 //! AdamW with warmup + cosine, a progress bar, periodic checkpoints into the
 //! run directory, and exact resume (optimizer moments, step, and per-step
-//! seeded batches).
+//! seeded batches). The loop ([`train_sft`]) takes any [`SftModel`]: the
+//! `tiny` policy on an [`SftDataset`] ([`PolicySft`]), or a whole MiniVLA
+//! (wmrl-minivla's `MiniVlaSft`).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use candle_core::Tensor;
+use candle_core::{Tensor, Var};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -207,6 +209,56 @@ impl SftDataset {
     }
 }
 
+/// What behaviour cloning trains: named parameters, the loss on a batch of
+/// samples, and the run directory's copy of the parameters.
+pub trait SftModel {
+    /// Every trained parameter, by name.
+    fn vars(&self) -> Vec<(String, Var)>;
+    /// Samples to draw batches from, and the episodes they came from.
+    fn n_samples(&self) -> usize;
+    fn n_episodes(&self) -> usize;
+    /// Mean loss (differentiable) and token accuracy of samples `idx`.
+    fn loss(&self, idx: &[usize]) -> Result<(Tensor, f64)>;
+    /// Write the parameters (and whatever loading them needs) into `out`.
+    fn save(&self, out: &Path) -> Result<()>;
+    /// Set the parameters to those [`SftModel::save`] wrote into `out`.
+    fn restore(&self, out: &Path) -> Result<()>;
+}
+
+/// The `tiny` policy's behaviour cloning: [`nll_loss`] of its action chunks.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicySft<'a> {
+    pub policy: &'a Policy,
+    pub data: &'a SftDataset,
+}
+
+impl SftModel for PolicySft<'_> {
+    fn vars(&self) -> Vec<(String, Var)> {
+        self.policy
+            .vars()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+    fn n_samples(&self) -> usize {
+        self.data.len()
+    }
+    fn n_episodes(&self) -> usize {
+        self.data.n_episodes
+    }
+    fn loss(&self, idx: &[usize]) -> Result<(Tensor, f64)> {
+        let (inputs, tokens, mask) = self.data.batch(self.policy, idx)?;
+        nll_loss(self.policy, &inputs, &tokens, &mask)
+    }
+    fn save(&self, out: &Path) -> Result<()> {
+        self.policy.save(out)
+    }
+    fn restore(&self, out: &Path) -> Result<()> {
+        let saved = Policy::load_on(out, self.policy.device(), self.policy.dtype())?;
+        self.policy.copy_from(&saved)
+    }
+}
+
 /// What an SFT run did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SftReport {
@@ -246,26 +298,26 @@ fn batch_indices(seed: u64, step: usize, n: usize, b: usize) -> Vec<usize> {
     (0..b).map(|_| rng.random_range(0..n)).collect()
 }
 
-/// Train `policy` in place, checkpointing into `out` (`config.json`,
-/// `model.safetensors`, `optimizer.safetensors`, `train_state.json`,
-/// `sft.json`, `metrics.jsonl`). With `resume` and a resumable `out`, the
-/// policy's parameters, the optimizer and the step are restored first.
+/// Train `model` in place, checkpointing into `out` (its parameters,
+/// `optimizer.safetensors`, `train_state.json`, `sft.json`,
+/// `metrics.jsonl`). With `resume` and a resumable `out`, the parameters,
+/// the optimizer and the step are restored first.
 pub fn train_sft(
-    policy: &Policy,
-    data: &SftDataset,
+    model: &dyn SftModel,
     cfg: &SftConfig,
     out: &Path,
     resume: bool,
     progress: bool,
 ) -> Result<SftReport> {
     std::fs::create_dir_all(out).map_err(|e| io_err(out, e))?;
-    if data.is_empty() || cfg.batch_size == 0 {
+    let n_samples = model.n_samples();
+    if n_samples == 0 || cfg.batch_size == 0 {
         return Err(PolicyError::NoData("empty dataset or batch size 0".into()));
     }
-    let mut opt = PolicyOptimizer::new(policy, cfg.optim.clone())?;
+    let mut opt = PolicyOptimizer::over(&model.vars(), cfg.optim.clone(), &[])?;
     let mut start = 0;
     if resume && can_resume(out) {
-        policy.copy_from(&Policy::load_on(out, policy.device(), policy.dtype())?)?;
+        model.restore(out)?;
         opt.load(&out.join(OPTIM_FILE))?;
         start = read_json::<TrainState>(&out.join(STATE_FILE))?.step;
         tracing::info!(step = start, "resuming SFT");
@@ -282,14 +334,13 @@ pub fn train_sft(
     let t0 = Instant::now();
     let (mut ema_loss, mut ema_acc) = (f64::NAN, f64::NAN);
     let save = |step: usize, opt: &PolicyOptimizer| -> Result<()> {
-        policy.save(out)?;
+        model.save(out)?;
         opt.save(&out.join(OPTIM_FILE))?;
         write_json(&out.join(STATE_FILE), &TrainState { step })
     };
     for step in start..cfg.steps {
-        let idx = batch_indices(cfg.seed, step, data.len(), cfg.batch_size);
-        let (inputs, tokens, mask) = data.batch(policy, &idx)?;
-        let (loss, acc) = nll_loss(policy, &inputs, &tokens, &mask)?;
+        let idx = batch_indices(cfg.seed, step, n_samples, cfg.batch_size);
+        let (loss, acc) = model.loss(&idx)?;
         let lv = loss.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?;
         let st = opt.step(&loss)?;
         let a = 0.05;
@@ -328,7 +379,7 @@ pub fn train_sft(
         final_token_acc: ema_acc,
         wall_secs: wall,
         samples_per_sec: (done * cfg.batch_size) as f64 / wall.max(1e-9),
-        n_samples: data.len(),
-        n_episodes: data.n_episodes,
+        n_samples,
+        n_episodes: model.n_episodes(),
     })
 }

@@ -684,12 +684,32 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         total_steps: 150,
         ..OptimConfig::default()
     };
-    let r1 = train_sft(&policy, &data, &scfg, out.path(), false, false).expect("sft");
+    let r1 = train_sft(
+        &PolicySft {
+            policy: &policy,
+            data: &data,
+        },
+        &scfg,
+        out.path(),
+        false,
+        false,
+    )
+    .expect("sft");
     assert_eq!(r1.start_step, 0);
     assert!(can_resume(out.path()));
     scfg.steps = 150;
     let fresh = Policy::new(policy.config().clone(), &Device::Cpu, DType::F32).expect("policy");
-    let r2 = train_sft(&fresh, &data, &scfg, out.path(), true, false).expect("resume");
+    let r2 = train_sft(
+        &PolicySft {
+            policy: &fresh,
+            data: &data,
+        },
+        &scfg,
+        out.path(),
+        true,
+        false,
+    )
+    .expect("resume");
     assert_eq!(r2.start_step, 40);
     assert!(
         r2.final_loss < r1.final_loss,

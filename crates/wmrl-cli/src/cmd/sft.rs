@@ -1,13 +1,15 @@
-//! `wmrl sft`: behaviour cloning of a policy preset on `wmrl demos` episodes.
+//! `wmrl sft`: behaviour cloning of a policy preset on `wmrl demos` episodes,
+//! or (`--minivla small`) of a whole MiniVLA built fresh in `--out`.
 //! `--check` instead builds the preset and times one forward pass (how the
 //! `minivla` preset is exercised without a long test).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
+use wmrl_minivla::{MiniVlaConfig, MiniVlaSft};
 use wmrl_policy::candle::{DType, Device};
-use wmrl_policy::{Policy, PolicyInput, RunConfig, SftDataset};
+use wmrl_policy::{Policy, PolicyInput, RunConfig, SftConfig, SftDataset, SftModel, SftReport};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -53,6 +55,16 @@ pub struct Args {
     /// parameter count and timing, and exit.
     #[arg(long)]
     pub check: bool,
+    /// Train a whole MiniVLA (same structure and tensor names as the
+    /// published one) instead of a `tiny`-family policy: `small` writes a
+    /// fresh checkpoint into --out (random weights from the SFT seed, a
+    /// word-level tokenizer of the embedded suite's and the demos'
+    /// instructions), then trains every tensor on the demos' actions as
+    /// action tokens. The result is a MiniVLA directory for `wmrl eval`,
+    /// `wmrl train` and `wmrl bench` (`policy = DIR`). [sft] settings and
+    /// --steps, --batch-size, --lr, --seed, --resume apply.
+    #[arg(long, value_name = "PRESET", conflicts_with_all = ["preset", "init", "check"])]
+    pub minivla: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -76,6 +88,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rc.sft.seed = seed;
     }
     let resume = args.resume && wmrl_policy::can_resume(&out);
+    if let Some(preset) = &args.minivla {
+        let (report, params) =
+            minivla_sft(preset, &demos, &out, &rc.sft, resume, args.max_episodes)?;
+        return write_report(&demos, &out, &rc.sft, &report, params);
+    }
     let init = match &args.init {
         Some(p) if !resume => {
             Some(Policy::load(p).with_context(|| format!("loading --init {}", p.display()))?)
@@ -121,22 +138,95 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => Policy::new(rc.policy.clone(), &Device::Cpu, DType::F32)?,
     };
     tracing::info!(preset = %rc.policy.preset, params = policy.n_params(), "policy");
-    let report = wmrl_policy::train_sft(&policy, &data, &rc.sft, &out, args.resume, true)?;
+    let report = wmrl_policy::train_sft(
+        &wmrl_policy::PolicySft {
+            policy: &policy,
+            data: &data,
+        },
+        &rc.sft,
+        &out,
+        args.resume,
+        true,
+    )?;
+    write_report(&demos, &out, &rc.sft, &report, policy.n_params())
+}
+
+/// `sft_report.json` in `out`, and the same line on stdout.
+fn write_report(
+    demos: &Path,
+    out: &Path,
+    sft: &SftConfig,
+    report: &SftReport,
+    params: usize,
+) -> anyhow::Result<()> {
     let summary = serde_json::json!({
         "demos": demos.display().to_string(),
         "episodes": report.n_episodes, "samples": report.n_samples,
         "steps": report.steps, "start_step": report.start_step,
-        "batch_size": rc.sft.batch_size,
+        "batch_size": sft.batch_size,
         "final_loss": report.final_loss, "final_token_acc": report.final_token_acc,
         "wall_secs": report.wall_secs, "samples_per_sec": report.samples_per_sec,
-        "params": policy.n_params(),
+        "params": params,
     });
-    std::fs::write(
-        out.join("sft_report.json"),
-        serde_json::to_string_pretty(&summary)?,
+    wmrl_run::atomic_write(
+        &out.join("sft_report.json"),
+        serde_json::to_string_pretty(&summary)?.as_bytes(),
     )?;
     println!("{summary}");
     Ok(())
+}
+
+/// `wmrl sft --minivla PRESET`: a fresh MiniVLA in `out` (unless resuming),
+/// trained whole on the demos. Returns the report and the parameter count.
+fn minivla_sft(
+    preset: &str,
+    demos: &Path,
+    out: &Path,
+    sft: &SftConfig,
+    resume: bool,
+    max_episodes: Option<usize>,
+) -> anyhow::Result<(SftReport, usize)> {
+    let episodes = wmrl_env::list_episodes(demos)?;
+    if !resume {
+        let cfg = match preset {
+            "small" => MiniVlaConfig::small(),
+            other => anyhow::bail!("unknown MiniVLA preset `{other}` (small)"),
+        };
+        let mut instructions: Vec<String> = wmrl_sim::tasks()?
+            .into_iter()
+            .map(|t| t.instruction)
+            .collect();
+        for p in &episodes {
+            instructions.push(wmrl_env::read_episode(p)?.instruction);
+        }
+        let lower: Vec<String> = instructions.iter().map(|s| s.to_lowercase()).collect();
+        let mut words: Vec<&str> = lower.iter().flat_map(|s| s.split_whitespace()).collect();
+        words.sort_unstable();
+        words.dedup();
+        wmrl_minivla::stand_in::write_stand_in(out, &cfg, sft.seed, DType::F32, &words)
+            .with_context(|| format!("writing a fresh MiniVLA into {}", out.display()))?;
+    }
+    let mut model = MiniVlaSft::load(out, &Device::Cpu)?;
+    for p in &episodes {
+        if max_episodes.is_some_and(|m| model.n_episodes() >= m) {
+            break;
+        }
+        let ep = wmrl_env::read_episode(p)?;
+        if ep.success || sft.include_failures {
+            model
+                .push_episode(&ep)
+                .with_context(|| format!("demo {}", p.display()))?;
+        }
+    }
+    anyhow::ensure!(
+        model.n_samples() > 0,
+        "no usable episodes in {}",
+        demos.display()
+    );
+    let params = model.model().n_params();
+    tracing::info!(preset, params, samples = model.n_samples(), "minivla");
+    let report = wmrl_policy::train_sft(&model, sft, out, resume, true)?;
+    Ok((report, params))
 }
 
 fn check(rc: RunConfig) -> anyhow::Result<()> {

@@ -147,25 +147,11 @@ impl MiniVlaPolicy {
         }
     }
 
-    /// One step's sample and the prefix it was drawn after.
-    fn sample_one(
-        &self,
-        input: &PolicyInput,
-        temperature: f32,
-        rng: &mut ChaCha8Rng,
-    ) -> Result<(Sample, Prefix)> {
-        let prefix = self.prefix_of(input)?;
-        let s = self
-            .model
-            .sample_action_tokens(&prefix, temperature.max(0.0), &mut || rng.random::<f64>())?;
-        let sample = Sample {
-            actions: vec![self.action(&s.tokens)],
-            tokens: s.tokens.to_vec(),
-            logprobs: s.logprobs.to_vec(),
-        };
-        Ok((sample, prefix))
-    }
-
+    /// Each row's sample and the prefix it was drawn after. Rows with the
+    /// same instruction go through the model together (one vision pass,
+    /// one language-model pass per token); row `i` draws from ChaCha8
+    /// `(seed, streams[i])` alone, so its sample does not depend on the
+    /// other rows.
     fn sample_rows(
         &self,
         inputs: &[PolicyInput],
@@ -180,14 +166,77 @@ impl MiniVlaPolicy {
                 inputs.len()
             )));
         }
-        inputs
+        let mut groups: Vec<(Vec<u32>, Vec<usize>)> = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            let ids = self
+                .model
+                .prompt_ids(&input.instruction)
+                .map_err(model_error)?;
+            match groups.iter_mut().find(|(g, _)| *g == ids) {
+                Some((_, rows)) => rows.push(i),
+                None => groups.push((ids, vec![i])),
+            }
+        }
+        let mut out: Vec<Option<(Sample, Prefix)>> = vec![None; inputs.len()];
+        for (ids, rows) in &groups {
+            let drawn = self
+                .sample_group(inputs, rows, ids, temperature, seed, streams)
+                .map_err(model_error)?;
+            for (&i, row) in rows.iter().zip(drawn) {
+                out[i] = Some(row);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// The rows `rows` of `inputs`, all with prompt `ids`, in one batch.
+    fn sample_group(
+        &self,
+        inputs: &[PolicyInput],
+        rows: &[usize],
+        ids: &[u32],
+        temperature: f32,
+        seed: u64,
+        streams: &[u64],
+    ) -> Result<Vec<(Sample, Prefix)>> {
+        let mut images = Vec::with_capacity(rows.len() * self.model.config().n_images);
+        for &i in rows {
+            images.extend(self.images(&inputs[i])?);
+        }
+        let embeds = self
+            .model
+            .splice(&self.model.vision_tokens(&images, false)?, ids)?
+            .detach();
+        let mut rngs: Vec<ChaCha8Rng> = rows
             .iter()
-            .zip(streams)
-            .map(|(input, &stream)| {
+            .map(|&i| {
                 let mut rng = ChaCha8Rng::seed_from_u64(seed);
-                rng.set_stream(stream);
-                self.sample_one(input, temperature, &mut rng)
-                    .map_err(model_error)
+                rng.set_stream(streams[i]);
+                rng
+            })
+            .collect();
+        let mut draws: Vec<Box<dyn FnMut() -> f64 + '_>> = rngs
+            .iter_mut()
+            .map(|r| Box::new(move || r.random::<f64>()) as Box<dyn FnMut() -> f64>)
+            .collect();
+        let mut uniforms: Vec<&mut dyn FnMut() -> f64> =
+            draws.iter_mut().map(|d| d.as_mut() as _).collect();
+        let samples =
+            self.model
+                .sample_action_tokens_batch(&embeds, temperature.max(0.0), &mut uniforms)?;
+        samples
+            .into_iter()
+            .enumerate()
+            .map(|(r, s)| {
+                let sample = Sample {
+                    actions: vec![self.action(&s.tokens)],
+                    tokens: s.tokens.to_vec(),
+                    logprobs: s.logprobs.to_vec(),
+                };
+                let prefix = Prefix {
+                    embeds: embeds.narrow(0, r, 1)?,
+                };
+                Ok((sample, prefix))
             })
             .collect()
     }

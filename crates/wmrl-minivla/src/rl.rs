@@ -156,6 +156,29 @@ fn check_temperature(t: f32) -> Result<()> {
 }
 
 /// splitmix64 in `[-bound, bound]`.
+/// Inverse-CDF draw from log-probabilities with `u in [0, 1)` (the last
+/// index when rounding leaves `u` beyond the sum).
+fn draw(lp: &[f32], u: f64) -> usize {
+    let mut acc = 0.0f64;
+    for (i, l) in lp.iter().enumerate() {
+        acc += (*l as f64).exp();
+        if u < acc {
+            return i;
+        }
+    }
+    lp.len() - 1
+}
+
+/// The first index of the largest value.
+fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &x)| {
+            if x > bv { (i, x) } else { (bi, bv) }
+        })
+        .0
+}
+
 fn uniform(seed: u64, n: usize, bound: f32) -> Vec<f32> {
     let mut state = seed;
     (0..n)
@@ -279,48 +302,60 @@ impl MiniVla {
         temperature: f32,
         uniform: &mut dyn FnMut() -> f64,
     ) -> Result<ActionSample> {
+        let mut rows =
+            self.sample_action_tokens_batch(&prefix.embeds, temperature, &mut [uniform])?;
+        rows.pop()
+            .ok_or_else(|| MiniVlaError::Config("no sample drawn".into()))
+    }
+
+    /// As [`MiniVla::sample_action_tokens`] for `b` prefixes of one length
+    /// at once (`embeds` `[b, L, hidden]`, one forward per token for the
+    /// whole batch), row `i` drawing from `uniforms[i]` in token order.
+    pub fn sample_action_tokens_batch(
+        &self,
+        embeds: &Tensor,
+        temperature: f32,
+        uniforms: &mut [&mut dyn FnMut() -> f64],
+    ) -> Result<Vec<ActionSample>> {
         check_temperature(temperature)?;
+        let b = embeds.dim(0)?;
+        if b != uniforms.len() {
+            return Err(MiniVlaError::Config(format!(
+                "{b} prefixes for {} random streams",
+                uniforms.len()
+            )));
+        }
         let (lo, n) = self.action_range();
         let t = if temperature > 0.0 { temperature } else { 1.0 };
         let mut cache = crate::llm::KvCache::new(self.llm.n_layers());
-        let mut input = prefix.embeds.clone();
-        let mut out = ActionSample {
-            tokens: [0; ACTION_DIM],
-            logprobs: [0.0; ACTION_DIM],
-        };
+        let mut input = embeds.clone();
+        let mut out = vec![
+            ActionSample {
+                tokens: [0; ACTION_DIM],
+                logprobs: [0.0; ACTION_DIM],
+            };
+            b
+        ];
         for k in 0..ACTION_DIM {
             let logits = self.llm.last_logits_cached(&input, &mut cache)?;
             let lp = candle_nn::ops::log_softmax(
                 &(logits.narrow(D::Minus1, lo as usize, n)? / t as f64)?,
                 D::Minus1,
             )?
-            .squeeze(0)?
-            .to_vec1::<f32>()?;
-            let j = if temperature > 0.0 {
-                let u = uniform();
-                let mut acc = 0.0f64;
-                let mut pick = n - 1;
-                for (i, l) in lp.iter().enumerate() {
-                    acc += (*l as f64).exp();
-                    if u < acc {
-                        pick = i;
-                        break;
-                    }
-                }
-                pick
-            } else {
-                lp.iter()
-                    .enumerate()
-                    .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-                        if v > bv { (i, v) } else { (bi, bv) }
-                    })
-                    .0
-            };
-            out.tokens[k] = lo + j as u32;
-            out.logprobs[k] = lp[j];
-            input = self
-                .llm
-                .embed(&Tensor::new(&[[out.tokens[k]]], &self.device)?)?;
+            .to_vec2::<f32>()?;
+            let mut next = Vec::with_capacity(b);
+            for ((row, lp), uniform) in out.iter_mut().zip(&lp).zip(uniforms.iter_mut()) {
+                let j = if temperature > 0.0 {
+                    draw(lp, uniform())
+                } else {
+                    argmax(lp)
+                };
+                row.tokens[k] = lo + j as u32;
+                row.logprobs[k] = lp[j];
+                next.push(row.tokens[k]);
+            }
+            let ids = Tensor::from_vec(next, (b, 1), &self.device)?;
+            input = self.llm.embed(&ids)?;
         }
         Ok(out)
     }
@@ -335,10 +370,23 @@ impl MiniVla {
         tokens: &[u32; ACTION_DIM],
         temperature: f32,
     ) -> Result<(Tensor, Tensor)> {
+        let (lp, ent) = self.action_logprobs_batch(&prefix.embeds, &[*tokens], temperature)?;
+        Ok((lp.squeeze(0)?, ent.squeeze(0)?))
+    }
+
+    /// As [`MiniVla::action_logprobs`] for `b` prefixes of one length
+    /// (`embeds` `[b, L, hidden]`) and their tokens at once: `[b, 7]` each.
+    pub fn action_logprobs_batch(
+        &self,
+        embeds: &Tensor,
+        tokens: &[[u32; ACTION_DIM]],
+        temperature: f32,
+    ) -> Result<(Tensor, Tensor)> {
         check_temperature(temperature)?;
         let (lo, n) = self.action_range();
         if let Some(bad) = tokens
             .iter()
+            .flatten()
             .find(|&&t| t < lo || t as usize >= lo as usize + n)
         {
             return Err(MiniVlaError::Config(format!(
@@ -346,17 +394,22 @@ impl MiniVla {
                 lo as usize + n
             )));
         }
+        let b = tokens.len();
         let t = if temperature > 0.0 { temperature } else { 1.0 };
-        let fed = Tensor::new(&tokens[..ACTION_DIM - 1], &self.device)?.unsqueeze(0)?;
-        let x = Tensor::cat(&[&prefix.embeds, &self.llm.embed(&fed)?], 1)?;
-        let logits = self.llm.last_k_logits(&x, ACTION_DIM)?.squeeze(0)?;
+        let fed: Vec<u32> = tokens
+            .iter()
+            .flat_map(|r| r[..ACTION_DIM - 1].iter().copied())
+            .collect();
+        let fed = Tensor::from_vec(fed, (b, ACTION_DIM - 1), &self.device)?;
+        let x = Tensor::cat(&[embeds, &self.llm.embed(&fed)?], 1)?;
+        let logits = self.llm.last_k_logits(&x, ACTION_DIM)?;
         let lp = candle_nn::ops::log_softmax(
             &(logits.narrow(D::Minus1, lo as usize, n)? / t as f64)?,
             D::Minus1,
         )?;
-        let idx: Vec<u32> = tokens.iter().map(|&k| k - lo).collect();
-        let idx = Tensor::new(idx.as_slice(), &self.device)?.unsqueeze(1)?;
-        let chosen = lp.gather(&idx, D::Minus1)?.squeeze(1)?;
+        let idx: Vec<u32> = tokens.iter().flatten().map(|&k| k - lo).collect();
+        let idx = Tensor::from_vec(idx, (b, ACTION_DIM, 1), &self.device)?;
+        let chosen = lp.gather(&idx, D::Minus1)?.squeeze(D::Minus1)?;
         let entropy = (lp.exp()? * &lp)?.sum(D::Minus1)?.neg()?;
         Ok((chosen, entropy))
     }
@@ -364,7 +417,8 @@ impl MiniVla {
     /// The GRPO objective over `steps` (every action token a unit, each
     /// step's advantage on its 7 tokens), at the temperature the steps were
     /// sampled at. No KL term: the reference is the checkpoint, which the
-    /// adapters start from.
+    /// adapters start from. Steps whose prefixes have one length go
+    /// through the model together.
     pub fn grpo_objective(
         &self,
         steps: &[ActionStep],
@@ -374,19 +428,29 @@ impl MiniVla {
         if steps.is_empty() {
             return Err(MiniVlaError::Config("grpo_objective: no steps".into()));
         }
-        let mut lps = Vec::with_capacity(steps.len());
-        let mut ents = Vec::with_capacity(steps.len());
+        let mut by_len: std::collections::BTreeMap<usize, Vec<&ActionStep>> =
+            std::collections::BTreeMap::new();
+        for s in steps {
+            by_len.entry(s.prefix.len()).or_default().push(s);
+        }
+        let mut lps = Vec::with_capacity(by_len.len());
+        let mut ents = Vec::with_capacity(by_len.len());
         let mut old = Vec::with_capacity(steps.len() * ACTION_DIM);
         let mut adv = Vec::with_capacity(steps.len());
-        for s in steps {
-            let (lp, ent) = self.action_logprobs(&s.prefix, &s.sample.tokens, temperature)?;
+        for group in by_len.values() {
+            let embeds: Vec<&Tensor> = group.iter().map(|s| &s.prefix.embeds).collect();
+            let tokens: Vec<[u32; ACTION_DIM]> = group.iter().map(|s| s.sample.tokens).collect();
+            let (lp, ent) =
+                self.action_logprobs_batch(&Tensor::cat(&embeds, 0)?, &tokens, temperature)?;
             lps.push(lp);
             ents.push(ent);
-            old.extend_from_slice(&s.sample.logprobs);
-            adv.push(s.advantage);
+            for s in group {
+                old.extend_from_slice(&s.sample.logprobs);
+                adv.push(s.advantage);
+            }
         }
-        let logprobs = Tensor::stack(&lps, 0)?;
-        let entropy = Tensor::stack(&ents, 0)?;
+        let logprobs = Tensor::cat(&lps, 0)?;
+        let entropy = Tensor::cat(&ents, 0)?;
         let old = Tensor::from_vec(old, (steps.len(), ACTION_DIM), &self.device)?;
         let adv = Tensor::from_vec(adv, (steps.len(), 1), &self.device)?;
         let inputs = ObjectiveInputs {

@@ -6,8 +6,8 @@
 # two-episode `wmrl eval --backend libero`; then the same two with a worker
 # killed (SIGKILL) while busy: both complete, the worker is started again,
 # every episode counts once and the evaluation's results are unchanged
-# (crates/wmrl-cli/tests/worker_faults.rs); and a MiniVLA stand-in trained
-# one step there, exported and evaluated. Needs envs/libero/.venv
+# (crates/wmrl-cli/tests/worker_faults.rs); and the shipped small MiniVLA
+# (models/minivla-small) trained one step there, exported and evaluated. Needs envs/libero/.venv
 # (scripts/setup.d/30-libero.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,13 +38,10 @@ eps=r['episodes']
 assert len(eps)==2 and all(e['steps']==30 or e['success'] for e in eps), eps
 print('libero eval: 2 episodes,', sum(e['steps'] for e in eps), 'steps')
 "
-# MiniVLA on real LIBERO (configs/libero_minivla_ci.toml): a scaled-down
-# stand-in in the converted layout, one GRPO step of its LoRA adapters and
-# a two-episode evaluation through the same workers.
-cargo run -q -p wmrl-minivla --example stand_in -- --out "$out/minivla" \
-  --preset scaled_down --dtype f32 --seed 3
-"$bin" train --quiet --config configs/libero_minivla_ci.toml --policy "$out/minivla" \
-  --out "$out/minivla-train"
+# MiniVLA on real LIBERO (configs/libero_minivla_ci.toml): the shipped small
+# MiniVLA, one GRPO step of its LoRA adapters and a two-episode evaluation
+# through the same workers.
+"$bin" train --quiet --config configs/libero_minivla_ci.toml --out "$out/minivla-train"
 python3 - "$out/minivla-train" <<'PY'
 import json, os, sys
 d = sys.argv[1]

@@ -192,3 +192,57 @@ fn settings_a_minivla_cannot_honour_are_refused_before_the_run_starts() {
     let err = Trainer::create(cfg, &tmp.path().join("tiny")).expect_err("minivla on tiny");
     assert!(err.to_string().contains("[minivla]"), "{err}");
 }
+
+/// The shipped small MiniVLA (models/minivla-small, trained by `wmrl sft
+/// --minivla small` on task 9) takes one `sparse` GRPO step on the
+/// embedded simulator under the one-task bench's own settings, scaled to
+/// 2 groups of 4: its rollouts succeed on some episodes (it is a trained
+/// policy, not random weights), a group with mixed outcomes is updated,
+/// and its one AdamW step at the sampling parameters clips nothing (the recomputed
+/// log-probabilities equal the sampled ones).
+#[test]
+fn the_shipped_small_minivla_takes_a_sparse_grpo_step_on_the_embedded_simulator() {
+    if !wmrl_worldmodel::runtime_available() {
+        eprintln!("SKIPPED: ONNX Runtime library not found; run scripts/setup");
+        return;
+    }
+    let sets: Vec<String> = [
+        "steps=1",
+        "seed=1",
+        "rollout.n_groups=1",
+        "rollout.group_size=4",
+        "rollout.max_steps=220",
+        "update.minibatch=100000",
+        "eval.every=0",
+        "eval.at_start=false",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([
+        format!(
+            "policy={:?}",
+            repo().join("models/minivla-small").display().to_string()
+        ),
+        format!(
+            "world_model.path={:?}",
+            repo()
+                .join("models/progress-tiny/model.onnx")
+                .display()
+                .to_string()
+        ),
+    ])
+    .collect();
+    let cfg = TrainConfig::load_with(&repo().join("configs/bench_minivla_one_task.toml"), &sets)
+        .expect("config");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mut t = Trainer::create(cfg, &tmp.path().join("run")).expect("create");
+    assert_eq!(t.policy().kind(), "minivla");
+    let s = t.train_step().expect("step 0");
+    assert!(
+        s.batch_success > 0.0 && s.batch_success < 1.0,
+        "mixed outcomes expected from the trained model: {s:?}"
+    );
+    assert!(s.samples_updated > 0, "{s:?}");
+    assert!(s.grad_norm > 0.0 && s.grad_norm.is_finite(), "{s:?}");
+    assert_eq!(s.clip_frac, 0.0, "{s:?}");
+}

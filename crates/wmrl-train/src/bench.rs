@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use wmrl_core::Arm;
 
-use crate::confirm::{CONFIRM_HEADING, Confirm, confirm_section};
+use crate::confirm::{CONFIRM_HEADING, Compare, Confirm, confirm_section};
 use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
 use crate::plot::{Series, line_plot};
 use crate::trainer::{RunSummary, read_summary};
@@ -216,13 +216,15 @@ fn mean_series(points: Vec<Vec<(f64, f64)>>) -> Vec<(f64, f64)> {
 
 /// Write `report.md` and its PNG plots into the bench directory; returns the
 /// success-rate table as text. `confirms` are the bench's pre-registered
-/// comparisons (a section of their own; none: no section).
+/// comparisons (a section of their own; none: no section); `compares` are
+/// exploratory pairs added to the paired-differences table.
 pub fn write_report(
     bench: &Path,
     arms: &[BenchArm],
     seeds: &[u64],
     title: &str,
     confirms: &[Confirm],
+    compares: &[Compare],
 ) -> Result<String> {
     let results = collect_results(bench, arms, seeds)?;
     if results.is_empty() {
@@ -254,7 +256,7 @@ pub fn write_report(
     }
     report.section(
         "Paired differences (held-out, by seed)",
-        &paired_rows(&results).markdown(&[
+        &paired_rows(&results, compares)?.markdown(&[
             "greedy, points (95% t-interval)",
             "verdict",
             "sampled, points (95% t-interval)",
@@ -346,11 +348,12 @@ fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
     table
 }
 
-fn paired_rows(results: &[ArmResult]) -> PairedTable {
+fn paired_rows(results: &[ArmResult], compares: &[Compare]) -> Result<PairedTable> {
     // Paired differences by seed: every arm against full-label `sparse` and
     // the shuffled control, `wmrl` against `sparse_scarce` at equal labels,
-    // and every other world-model arm against `dense_raw` (what anchors and
-    // calibration add over the raw score).
+    // every other world-model arm against `dense_raw` (what anchors and
+    // calibration add over the raw score), then the bench's `--compare`
+    // pairs.
     let mut table = PairedTable::default();
     let find = |name: &str| results.iter().find(|r| r.name == name);
     let mut pairs: Vec<(&str, &str)> = Vec::new();
@@ -366,6 +369,13 @@ fn paired_rows(results: &[ArmResult]) -> PairedTable {
             if r.name != base && wanted {
                 pairs.push((r.name.as_str(), base));
             }
+        }
+    }
+    let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
+    for c in compares {
+        let pair = c.arms(&names)?;
+        if !pairs.contains(&pair) {
+            pairs.push(pair);
         }
     }
     for (a, b) in pairs {
@@ -385,7 +395,7 @@ fn paired_rows(results: &[ArmResult]) -> PairedTable {
         }
     }
 
-    table
+    Ok(table)
 }
 
 fn overlap_lines(results: &[ArmResult]) -> String {
@@ -766,6 +776,27 @@ mod tests {
         assert_eq!(s.n, 2);
         assert!(s.mean.abs() < 1e-9, "+0.10 and -0.10: {}", s.mean);
         assert_eq!(s.verdict(), "interval spans 0: not resolved");
+    }
+
+    #[test]
+    fn compare_pairs_add_their_rows_and_unknown_arms_are_refused() {
+        // Two arms named like variants: neither is a default pair of the
+        // other (both `sparse` in kind, neither named `sparse`).
+        let a = result("a_x", vec![summary(0, 0.40), summary(1, 0.50)]);
+        let b = result("a_y", vec![summary(0, 0.30), summary(1, 0.45)]);
+        let results = vec![a, b];
+        let plain = paired_rows(&results, &[]).expect("rows");
+        let md = plain.markdown(&["greedy", "verdict", "sampled", "verdict"]);
+        assert!(!md.contains("`a_x` - `a_y`"), "{md}");
+        let c: Compare = "a_x-a_y".parse().expect("pair");
+        let md = paired_rows(&results, &[c])
+            .expect("rows")
+            .markdown(&["greedy", "verdict", "sampled", "verdict"]);
+        assert!(md.contains("`a_x` - `a_y`"), "{md}");
+        assert!(md.contains("+7.5"), "mean of +10 and +5 points: {md}");
+        let bad: Compare = "a_x-b".parse().expect("parses");
+        assert!(paired_rows(&results, &[bad]).is_err());
+        assert!("nodash".parse::<Compare>().is_err());
     }
 
     #[test]

@@ -127,32 +127,70 @@ impl Confirm {
     /// The two arms among `names`: the one split of `A-B` at a `-` whose
     /// both sides are arms of the bench (names may contain `-` too).
     pub fn arms<'a>(&self, names: &[&'a str]) -> Result<(&'a str, &'a str), TrainError> {
-        let splits: Vec<(&'a str, &'a str)> = self
-            .pair
-            .match_indices('-')
-            .filter_map(|(i, _)| {
-                let (a, b) = (&self.pair[..i], &self.pair[i + 1..]);
-                let a = names.iter().find(|n| **n == a)?;
-                let b = names.iter().find(|n| **n == b)?;
-                (a != b).then_some((*a, *b))
-            })
-            .collect();
-        match splits.as_slice() {
-            [one] => Ok(*one),
-            [] => Err(TrainError::Config {
-                path: "--confirm".into(),
-                message: format!(
-                    "`{}`: `{}` is not two of the bench's arms ({})",
-                    self.spec,
-                    self.pair,
-                    names.join(", ")
-                ),
-            }),
-            _ => Err(TrainError::Config {
-                path: "--confirm".into(),
-                message: format!("`{}`: `{}` splits into arms two ways", self.spec, self.pair),
-            }),
+        split_pair("--confirm", &self.spec, &self.pair, names)
+    }
+}
+
+/// An exploratory comparison a bench reports beside its default pairs
+/// (`wmrl bench --compare A-B`): `a - b`, paired by seed, with its 95%
+/// interval and no target and no verdict beyond "resolved or not".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compare {
+    pub pair: String,
+}
+
+impl FromStr for Compare {
+    type Err = TrainError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if !s.contains('-') {
+            return Err(TrainError::Config {
+                path: "--compare".into(),
+                message: format!("`{s}`: no `A-B` pair of arms"),
+            });
         }
+        Ok(Self {
+            pair: s.trim().to_string(),
+        })
+    }
+}
+
+impl Compare {
+    /// The two arms among `names`, as [`Confirm::arms`] splits them.
+    pub fn arms<'a>(&self, names: &[&'a str]) -> Result<(&'a str, &'a str), TrainError> {
+        split_pair("--compare", &self.pair, &self.pair, names)
+    }
+}
+
+/// The one split of `pair` at a `-` whose both sides are in `names`.
+fn split_pair<'a>(
+    flag: &str,
+    spec: &str,
+    pair: &str,
+    names: &[&'a str],
+) -> Result<(&'a str, &'a str), TrainError> {
+    let splits: Vec<(&'a str, &'a str)> = pair
+        .match_indices('-')
+        .filter_map(|(i, _)| {
+            let (a, b) = (&pair[..i], &pair[i + 1..]);
+            let a = names.iter().find(|n| **n == a)?;
+            let b = names.iter().find(|n| **n == b)?;
+            (a != b).then_some((*a, *b))
+        })
+        .collect();
+    match splits.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(TrainError::Config {
+            path: flag.into(),
+            message: format!(
+                "`{spec}`: `{pair}` is not two of the bench's arms ({})",
+                names.join(", ")
+            ),
+        }),
+        _ => Err(TrainError::Config {
+            path: flag.into(),
+            message: format!("`{spec}`: `{pair}` splits into arms two ways"),
+        }),
     }
 }
 

@@ -52,6 +52,13 @@ pub struct Args {
     /// `--confirm 'wmrl_mix-sparse:mean>=3,low>0'` (quoted: `>` is the shell's redirection).
     #[arg(long = "confirm", value_name = "A-B:CRITERIA")]
     pub confirms: Vec<wmrl_train::confirm::Confirm>,
+    /// An exploratory comparison `A-B` (repeatable): report.md's table of
+    /// paired differences gains the row `A - B` with its 95% interval,
+    /// beside the pairs it always shows (every arm against `sparse`, scarce
+    /// world-model arms against `sparse_scarce`, world-model arms against
+    /// `dense_raw`), e.g. `--compare wmrl_b_coevo-wmrl_b`.
+    #[arg(long = "compare", value_name = "A-B")]
+    pub compares: Vec<wmrl_train::confirm::Compare>,
     /// Start no run: write report.md from the runs that have finished
     /// (unfinished seeds count as planned but missing, so a confirmatory
     /// comparison stays incomplete).
@@ -215,15 +222,32 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for c in &args.confirms {
         c.arms(&names)?;
     }
+    for c in &args.compares {
+        c.arms(&names)?;
+    }
     if args.report_only {
-        let table = write_report(&args.out, &arms, &seeds, &args.title, &args.confirms)?;
+        let table = write_report(
+            &args.out,
+            &arms,
+            &seeds,
+            &args.title,
+            &args.confirms,
+            &args.compares,
+        )?;
         println!("{table}");
         println!("report: {}", args.out.join("report.md").display());
         return Ok(());
     }
     let todo = plan(&args, &arms, &seeds)?;
     let failed = execute(&args, todo)?;
-    let table = write_report(&args.out, &arms, &seeds, &args.title, &args.confirms)?;
+    let table = write_report(
+        &args.out,
+        &arms,
+        &seeds,
+        &args.title,
+        &args.confirms,
+        &args.compares,
+    )?;
     println!("{table}");
     println!("report: {}", args.out.join("report.md").display());
     anyhow::ensure!(failed.is_empty(), "runs failed: {}", failed.join(", "));

@@ -225,21 +225,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for c in &args.compares {
         c.arms(&names)?;
     }
-    if args.report_only {
-        let table = write_report(
-            &args.out,
-            &arms,
-            &seeds,
-            &args.title,
-            &args.confirms,
-            &args.compares,
-        )?;
-        println!("{table}");
-        println!("report: {}", args.out.join("report.md").display());
-        return Ok(());
-    }
-    let todo = plan(&args, &arms, &seeds)?;
-    let failed = execute(&args, todo)?;
+    let failed = if args.report_only {
+        Vec::new()
+    } else {
+        let todo = plan(&args, &arms, &seeds)?;
+        execute(&args, todo)?
+    };
     let table = write_report(
         &args.out,
         &arms,

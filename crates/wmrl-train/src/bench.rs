@@ -250,13 +250,16 @@ pub fn write_report(
         "Success rate",
         &format!("A run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"),
     );
-    let confirmed = confirm_section(&results, confirms, seeds.len())?;
+    // Pairs name the bench's arms, finished or not: an arm with no
+    // finished run leaves its comparisons incomplete, not the report failed.
+    let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
+    let confirmed = confirm_section(&results, &names, confirms, seeds.len())?;
     if !confirmed.is_empty() {
         report.section(CONFIRM_HEADING, &confirmed);
     }
     report.section(
         "Paired differences (held-out, by seed)",
-        &paired_rows(&results, compares)?.markdown(&[
+        &paired_rows(&results, &names, compares)?.markdown(&[
             "greedy, points (95% t-interval)",
             "verdict",
             "sampled, points (95% t-interval)",
@@ -348,7 +351,7 @@ fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
     table
 }
 
-fn paired_rows(results: &[ArmResult], compares: &[Compare]) -> Result<PairedTable> {
+fn paired_rows(results: &[ArmResult], names: &[&str], compares: &[Compare]) -> Result<PairedTable> {
     // Paired differences by seed: every arm against full-label `sparse` and
     // the shuffled control, `wmrl` against `sparse_scarce` at equal labels,
     // every other world-model arm against `dense_raw` (what anchors and
@@ -371,9 +374,8 @@ fn paired_rows(results: &[ArmResult], compares: &[Compare]) -> Result<PairedTabl
             }
         }
     }
-    let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
     for c in compares {
-        let pair = c.arms(&names)?;
+        let pair = c.arms(names)?;
         if !pairs.contains(&pair) {
             pairs.push(pair);
         }
@@ -785,17 +787,24 @@ mod tests {
         let a = result("a_x", vec![summary(0, 0.40), summary(1, 0.50)]);
         let b = result("a_y", vec![summary(0, 0.30), summary(1, 0.45)]);
         let results = vec![a, b];
-        let plain = paired_rows(&results, &[]).expect("rows");
+        let names = ["a_x", "a_y", "a_z"];
+        let plain = paired_rows(&results, &names, &[]).expect("rows");
         let md = plain.markdown(&["greedy", "verdict", "sampled", "verdict"]);
         assert!(!md.contains("`a_x` - `a_y`"), "{md}");
         let c: Compare = "a_x-a_y".parse().expect("pair");
-        let md = paired_rows(&results, &[c])
+        let md = paired_rows(&results, &names, &[c])
             .expect("rows")
             .markdown(&["greedy", "verdict", "sampled", "verdict"]);
         assert!(md.contains("`a_x` - `a_y`"), "{md}");
         assert!(md.contains("+7.5"), "mean of +10 and +5 points: {md}");
         let bad: Compare = "a_x-b".parse().expect("parses");
-        assert!(paired_rows(&results, &[bad]).is_err());
+        assert!(paired_rows(&results, &names, &[bad]).is_err());
+        // An arm of the bench with no finished run: no row, no error.
+        let waiting: Compare = "a_z-a_x".parse().expect("parses");
+        let md = paired_rows(&results, &names, &[waiting])
+            .expect("rows")
+            .markdown(&["greedy", "verdict", "sampled", "verdict"]);
+        assert!(!md.contains("`a_z`"), "{md}");
         assert!("nodash".parse::<Compare>().is_err());
     }
 
@@ -823,7 +832,8 @@ mod tests {
             .iter()
             .map(|s| s.parse().expect("spec"))
             .collect();
-        let md = confirm_section(&results, &confirms, 3).expect("section");
+        let names = ["a", "b", "c"];
+        let md = confirm_section(&results, &names, &confirms, 3).expect("section");
         let rows: Vec<&str> = md.lines().filter(|l| l.starts_with("| `")).collect();
         assert_eq!(rows.len(), 3, "{md}");
         assert!(md.contains("98.33%"), "{md}");
@@ -838,11 +848,19 @@ mod tests {
         );
         assert!(rows[2].ends_with("not met |"), "{}", rows[2]);
         // Planned five seeds, three finished: nothing is judged yet.
-        let early = confirm_section(&results, &confirms, 5).expect("section");
+        let early = confirm_section(&results, &names, &confirms, 5).expect("section");
         assert!(early.contains("incomplete: 3 of 5 seeds"), "{early}");
         assert!(!early.contains("| met"), "{early}");
-        assert!(confirm_section(&results, &[], 3).expect("none").is_empty());
-        let unknown: Confirm = "a-c:low>0".parse().expect("spec");
-        assert!(confirm_section(&results, &[unknown], 3).is_err());
+        assert!(
+            confirm_section(&results, &names, &[], 3)
+                .expect("none")
+                .is_empty()
+        );
+        let unknown: Confirm = "a-d:low>0".parse().expect("spec");
+        assert!(confirm_section(&results, &names, &[unknown], 3).is_err());
+        // `c` is an arm of the bench with no finished run yet: incomplete.
+        let waiting: Confirm = "a-c:low>0".parse().expect("spec");
+        let md = confirm_section(&results, &names, &[waiting], 3).expect("section");
+        assert!(md.contains("incomplete: 0 of 3 seeds"), "{md}");
     }
 }

@@ -127,7 +127,10 @@ impl Confirm {
     /// The two arms among `names`: the one split of `A-B` at a `-` whose
     /// both sides are arms of the bench (names may contain `-` too).
     pub fn arms<'a>(&self, names: &[&'a str]) -> Result<(&'a str, &'a str), TrainError> {
-        split_pair("--confirm", &self.spec, &self.pair, names)
+        split_pair(&self.pair, names).map_err(|why| TrainError::Config {
+            path: "--confirm".into(),
+            message: format!("`{}`: {why}", self.spec),
+        })
     }
 }
 
@@ -158,17 +161,16 @@ impl FromStr for Compare {
 impl Compare {
     /// The two arms among `names`, as [`Confirm::arms`] splits them.
     pub fn arms<'a>(&self, names: &[&'a str]) -> Result<(&'a str, &'a str), TrainError> {
-        split_pair("--compare", &self.pair, &self.pair, names)
+        split_pair(&self.pair, names).map_err(|why| TrainError::Config {
+            path: "--compare".into(),
+            message: why,
+        })
     }
 }
 
-/// The one split of `pair` at a `-` whose both sides are in `names`.
-fn split_pair<'a>(
-    flag: &str,
-    spec: &str,
-    pair: &str,
-    names: &[&'a str],
-) -> Result<(&'a str, &'a str), TrainError> {
+/// The one split of `pair` at a `-` whose both sides are in `names`, or
+/// why there is none.
+fn split_pair<'a>(pair: &str, names: &[&'a str]) -> Result<(&'a str, &'a str), String> {
     let splits: Vec<(&'a str, &'a str)> = pair
         .match_indices('-')
         .filter_map(|(i, _)| {
@@ -180,17 +182,11 @@ fn split_pair<'a>(
         .collect();
     match splits.as_slice() {
         [one] => Ok(*one),
-        [] => Err(TrainError::Config {
-            path: flag.into(),
-            message: format!(
-                "`{spec}`: `{pair}` is not two of the bench's arms ({})",
-                names.join(", ")
-            ),
-        }),
-        _ => Err(TrainError::Config {
-            path: flag.into(),
-            message: format!("`{spec}`: `{pair}` splits into arms two ways"),
-        }),
+        [] => Err(format!(
+            "`{pair}` is not two of the bench's arms ({})",
+            names.join(", ")
+        )),
+        _ => Err(format!("`{pair}` splits into arms two ways")),
     }
 }
 
@@ -221,6 +217,7 @@ pub const CONFIRM_HEADING: &str = "Confirmatory comparisons (decided before the 
 /// incomplete, whatever its interval says.
 pub fn confirm_section(
     results: &[ArmResult],
+    names: &[&str],
     confirms: &[Confirm],
     planned_seeds: usize,
 ) -> Result<String, TrainError> {
@@ -229,11 +226,10 @@ pub fn confirm_section(
     }
     let k = confirms.len();
     let family = 1.0 - 0.05 / k as f64;
-    let names: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
     let mut rows = String::new();
     let mut measures = Vec::new();
     for c in confirms {
-        let (a, b) = c.arms(&names)?;
+        let (a, b) = c.arms(names)?;
         let find = |n: &str| results.iter().find(|r| r.name == n);
         // The primary measure is sampled success; greedy where an arm's
         // runs did not take it (older runs).

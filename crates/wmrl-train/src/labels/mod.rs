@@ -234,8 +234,14 @@ impl LabelStore {
         Ok(Locked(f))
     }
 
-    /// Read every file (under the lock).
+    /// Read every file (under the lock). A run whose labels/ does not exist
+    /// yet has none: reading creates nothing, so a reader that starts before
+    /// the run (a label page, a labeller) cannot leave a labels/ behind that
+    /// the run's creation would refuse as another run's.
     pub fn snapshot(&self) -> Result<Snapshot, LabelError> {
+        if !self.dir.exists() {
+            return Ok(Snapshot::default());
+        }
         let _l = self.lock()?;
         self.read()
     }

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arm::{AR_ARMS, ar_arm_from_name, ar_name, serde_ar_arm};
 use crate::error::{Error, Result};
-use crate::rundir::{read_json, settings_difference, write_json};
+use crate::rundir::{read_json, write_json};
 use crate::train::{StepLog, TrainReport};
 use wmrl_core::Arm;
 use wmrl_run::bench::{BenchJob, BenchProgress, PairedTable, Report, Slot, fan_out};
@@ -535,11 +535,9 @@ pub fn run_bench(
             tracing::info!(mse, "predictor fitted on training competitions");
             write_examples(&train_path, &train_data)?;
             write_examples(&held_path, &held_data)?;
-            // Weights last, through a rename: their presence marks the
-            // stage finished, so a half-written file must never be there.
-            let tmp = pred_path.with_extension("json.tmp");
-            pred.save(&tmp)?;
-            std::fs::rename(&tmp, &pred_path).map_err(crate::error::io_err(&pred_path))?;
+            // Weights last (`save` writes through a rename): their presence
+            // marks the stage finished, so a half file must never be there.
+            pred.save(&pred_path)?;
             (train_data, held_data, pred)
         };
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
@@ -673,9 +671,9 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
         return write_json(path, cfg);
     }
     let recorded: BenchConfig = read_json(path)?;
-    if let Some(d) = settings_difference(&recorded, cfg, "seeds", path)? {
+    if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "", &["seeds"]) {
         return Err(Error::Config(format!(
-            "{}: this bench was started with other settings ({d}); \
+            "{}: this bench was started with other settings (recorded against now: {d}); \
              use another --out, or delete the folder to start over",
             path.display(),
         )));

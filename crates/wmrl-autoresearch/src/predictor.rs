@@ -293,12 +293,13 @@ impl Predictor {
         })
     }
 
+    /// The weights as JSON, written atomically ([`wmrl_run::atomic_write`]).
     pub fn save(&self, path: &Path) -> Result<()> {
         let text = serde_json::to_string(&self.weights()?).map_err(|source| Error::Json {
             path: path.into(),
             source,
         })?;
-        std::fs::write(path, text).map_err(io_err(path))
+        Ok(wmrl_run::atomic_write(path, text.as_bytes())?)
     }
 
     pub fn load(path: &Path) -> Result<Self> {

@@ -35,36 +35,3 @@ pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
     })?;
     Ok(wmrl_run::atomic_write(path, text.as_bytes())?)
 }
-
-/// How the settings `now` differ from the recorded `then` (read from or
-/// going to `path`), leaving out the top-level key `ignore` (the one that
-/// may change between starts: a bench's seed count, a run's steps):
-/// `key: <then> then, <now> now` for the first differing key, if any.
-pub(crate) fn settings_difference<T: Serialize>(
-    then: &T,
-    now: &T,
-    ignore: &str,
-    path: &Path,
-) -> Result<Option<String>> {
-    let value = |c: &T| -> Result<serde_json::Value> {
-        let mut v = serde_json::to_value(c).map_err(|source| Error::Json {
-            path: path.into(),
-            source,
-        })?;
-        if let Some(m) = v.as_object_mut() {
-            m.remove(ignore);
-        }
-        Ok(v)
-    };
-    let (was, is) = (value(then)?, value(now)?);
-    let lookup = |v: &serde_json::Value, key: &str| {
-        wmrl_run::value_at(v, key).unwrap_or_else(|| "(absent)".into())
-    };
-    Ok(wmrl_run::differing_key(&was, &is).map(|key| {
-        format!(
-            "{key}: {} then, {} now",
-            lookup(&was, &key),
-            lookup(&is, &key)
-        )
-    }))
-}

@@ -36,9 +36,8 @@ use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
-use crate::rundir::{settings_difference, write_json};
 use wmrl_run::clock::process_cpu_secs;
-use wmrl_run::{RunDir, Saved};
+use wmrl_run::{Opened, Resume, RunDir, Saved};
 
 /// The core settings for this track's scale: the paper's calibration and
 /// weight warm-ups assume thousands of groups; a run here has about a
@@ -932,8 +931,24 @@ pub fn train_with_refit(
     let cfg = &cfg.resolved()?;
     let refits = cfg.refits(arm);
     let train_comps = check_inputs(cfg, arm, seed, suite, predictor, refit, refits)?;
-    let resume = read_resume(run_dir, cfg, arm, seed)?;
-    prepare_run_dir(run_dir, cfg, resume.as_ref(), refits)?;
+    let opened = open_run(run_dir, cfg, arm, seed)?;
+    if let Some(d) = run_dir {
+        // The record files: emptied for a fresh run (refits.jsonl created
+        // when the arm refits), cut back to the checkpoint's on resume.
+        let settings = serde_json::to_string_pretty(cfg).map_err(|source| Error::Json {
+            path: d.config_json(),
+            source,
+        })?;
+        let empty = [d.metrics(), d.eval()]
+            .into_iter()
+            .chain(refits.then(|| d.refits()))
+            .collect::<Vec<_>>();
+        d.prepare(
+            &opened,
+            Some((&d.config_json(), settings.as_bytes())),
+            &empty,
+        )?;
+    }
     let mut track = ArTrack {
         cfg,
         arm,
@@ -954,9 +969,9 @@ pub fn train_with_refit(
         files: run_dir,
     };
     let core = CorrectionLoop::new(cfg.core.clone(), arm, seed)?;
-    let resumed = resume.is_some();
-    let mut run = match resume {
-        Some(mut ck) => {
+    let resumed = opened.is_resumed();
+    let mut run = match opened {
+        Opened::Resumed(mut ck) => {
             restore_track(&mut track, &mut ck.track)?;
             tracing::info!(
                 arm = ar_name(arm),
@@ -966,7 +981,7 @@ pub fn train_with_refit(
             );
             Run::resumed(track, ck.core, ck.ledger, ck.step)
         }
-        None => Run::new(track, core),
+        Opened::Fresh => Run::new(track, core),
     };
     let schedule = Schedule {
         steps: cfg.steps,
@@ -993,8 +1008,7 @@ pub fn train_with_refit(
         refits: std::mem::take(&mut run.track.refits),
     };
     if let Some(d) = run_dir {
-        write_json(&d.diagnostics(), run.core.diagnostics())?;
-        write_json(&d.summary(), &report)?;
+        d.finish(run.core.diagnostics(), &report)?;
     }
     Ok(report)
 }
@@ -1049,71 +1063,37 @@ fn check_inputs(
     Ok(train_comps)
 }
 
-/// The checkpoint of an interrupted run in `run_dir` (a checkpoint and no
-/// summary), refused when it was made under other settings.
-fn read_resume(
+/// The run directory opened ([`wmrl_run::RunDir::open`]): an interrupted
+/// run (a checkpoint and no summary) continues from its checkpoint (the
+/// same settings bar `steps`, or it is refused naming the first
+/// difference); anything else starts fresh. Nothing is written.
+fn open_run(
     run_dir: Option<&RunDir>,
     cfg: &TrainConfig,
     arm: Arm,
     seed: u64,
-) -> Result<Option<Saved<ArState>>> {
-    // A run directory with a checkpoint and no summary is an interrupted
-    // run: it continues from the checkpoint (the same settings, bar
-    // `steps`, or it is refused naming the first difference).
-    Ok(match run_dir {
-        Some(d) if d.interrupted() => {
-            let path = d.state();
-            let ck: Saved<ArState> = d.read_saved("resume")?;
-            let differs = if (ck.track.arm, ck.track.seed) != (arm, seed) {
-                Some(format!(
-                    "arm {} seed {} then, arm {} seed {seed} now",
-                    ar_name(ck.track.arm),
-                    ck.track.seed,
-                    ar_name(arm)
-                ))
-            } else {
-                settings_difference(&ck.track.config, cfg, "steps", &path)?
-            };
-            if let Some(d) = differs {
-                return Err(Error::Config(format!(
-                    "{}: an interrupted run of other settings ({d}); use another directory \
-                     or delete it to start over",
-                    path.display(),
-                )));
-            }
-            Some(ck)
-        }
-        _ => None,
-    })
-}
-
-/// The run directory, its settings written and its record files emptied
-/// for a fresh run (refits.jsonl created when the arm refits), or cut back
-/// to the checkpoint's lengths on resume.
-fn prepare_run_dir(
-    run_dir: Option<&RunDir>,
-    cfg: &TrainConfig,
-    resume: Option<&Saved<ArState>>,
-    refits: bool,
-) -> Result<()> {
+) -> Result<Opened<ArState>> {
     let Some(d) = run_dir else {
-        return Ok(());
+        return Ok(Opened::Fresh);
     };
-    std::fs::create_dir_all(&d.dir).map_err(io_err(&d.dir))?;
-    write_json(&d.config_json(), cfg)?;
-    match resume {
-        Some(ck) => d.cut_back_to(&ck.records)?,
-        None => {
-            let mut fresh = vec![d.metrics(), d.eval()];
-            if refits {
-                fresh.push(d.refits());
-            }
-            for p in fresh {
-                std::fs::File::create(&p).map_err(io_err(&p))?;
-            }
-        }
-    }
-    Ok(())
+    Ok(d.open(Resume::IfInterrupted, |ck: &Saved<ArState>| {
+        let differs = if (ck.track.arm, ck.track.seed) != (arm, seed) {
+            Some(format!(
+                "arm {} seed {} against arm {} seed {seed}",
+                ar_name(ck.track.arm),
+                ck.track.seed,
+                ar_name(arm)
+            ))
+        } else {
+            wmrl_run::first_difference_except(&ck.track.config, cfg, "", &["steps"])
+        };
+        differs.map(|d| {
+            format!(
+                "an interrupted run of other settings (recorded against now: {d}); use another \
+                 directory or delete it to start over"
+            )
+        })
+    })?)
 }
 
 /// Put a checkpoint's policy, sampler, records and refitted predictor back

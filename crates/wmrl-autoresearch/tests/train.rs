@@ -387,7 +387,7 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("other settings"), "{err}");
-    assert!(err.contains("group_size: 2 then, 3 now"), "{err}");
+    assert!(err.contains("group_size: 2 against 3"), "{err}");
 }
 
 /// Settings for the refit tests: 3 groups of 4 a step, 2 of them anchors;

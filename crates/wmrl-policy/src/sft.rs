@@ -7,7 +7,6 @@
 //! `tiny` policy on an [`SftDataset`] ([`PolicySft`]), or a whole MiniVLA
 //! (wmrl-minivla's `MiniVlaSft`).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -275,6 +274,11 @@ pub struct SftReport {
 #[derive(Debug, Serialize, Deserialize)]
 struct TrainState {
     step: usize,
+    /// How far metrics.jsonl reached at the checkpoint: a resumed run cuts
+    /// it back there, so the steps after it are logged once (0 in a state
+    /// from before it was kept: the file is left as it is).
+    #[serde(default)]
+    metrics_len: Option<u64>,
 }
 
 /// Lower bound of a proprio feature's std. A feature that never moves in the
@@ -316,19 +320,31 @@ pub fn train_sft(
     }
     let mut opt = PolicyOptimizer::over(&model.vars(), cfg.optim.clone(), &[])?;
     let mut start = 0;
+    let metrics_path: PathBuf = out.join("metrics.jsonl");
+    let settings = out.join("sft.json");
     if resume && can_resume(out) {
+        // The same settings bar `steps` (which may grow), or the run is
+        // refused naming the first difference.
+        let recorded: SftConfig = read_json(&settings)?;
+        if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "sft", &["steps"]) {
+            return Err(PolicyError::Config(format!(
+                "{}: an SFT run of other settings (recorded against now: {d}); resume it with \
+                 its own settings or pick another --out",
+                out.display()
+            )));
+        }
         model.restore(out)?;
         opt.load(&out.join(OPTIM_FILE))?;
-        start = read_json::<TrainState>(&out.join(STATE_FILE))?.step;
+        let state = read_json::<TrainState>(&out.join(STATE_FILE))?;
+        start = state.step;
+        if let Some(len) = state.metrics_len {
+            wmrl_run::cut_back(&metrics_path, len).map_err(|e| io_err(&metrics_path, e))?;
+        }
         tracing::info!(step = start, "resuming SFT");
+    } else {
+        wmrl_run::cut_back(&metrics_path, 0).map_err(|e| io_err(&metrics_path, e))?;
     }
-    write_json(&out.join("sft.json"), cfg)?;
-    let metrics_path: PathBuf = out.join("metrics.jsonl");
-    let mut metrics = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&metrics_path)
-        .map_err(|e| io_err(&metrics_path, e))?;
+    write_json(&settings, cfg)?;
     let bar = wmrl_run::Progress::new("sft", cfg.steps as u64, "steps", progress);
     bar.set_position(start as u64);
     let t0 = Instant::now();
@@ -336,7 +352,8 @@ pub fn train_sft(
     let save = |step: usize, opt: &PolicyOptimizer| -> Result<()> {
         model.save(out)?;
         opt.save(&out.join(OPTIM_FILE))?;
-        write_json(&out.join(STATE_FILE), &TrainState { step })
+        let metrics_len = Some(wmrl_run::len_of(&metrics_path));
+        write_json(&out.join(STATE_FILE), &TrainState { step, metrics_len })
     };
     for step in start..cfg.steps {
         let idx = batch_indices(cfg.seed, step, n_samples, cfg.batch_size);
@@ -362,7 +379,7 @@ pub fn train_sft(
         if (step + 1) % cfg.log_every.max(1) == 0 || step + 1 == cfg.steps {
             let line = serde_json::json!({"step": step + 1, "loss": lv, "loss_ema": ema_loss, "token_acc": acc,
                 "lr": st.lr, "grad_norm": st.grad_norm, "elapsed_secs": t0.elapsed().as_secs_f64()});
-            writeln!(metrics, "{line}").map_err(|e| io_err(&metrics_path, e))?;
+            wmrl_run::append(&metrics_path, &line).map_err(|e| io_err(&metrics_path, e))?;
         }
         if (step + 1) % cfg.checkpoint_every.max(1) == 0 && step + 1 < cfg.steps {
             save(step + 1, &opt)?;

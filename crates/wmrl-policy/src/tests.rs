@@ -697,8 +697,28 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
     .expect("sft");
     assert_eq!(r1.start_step, 0);
     assert!(can_resume(out.path()));
+    // A line logged after the last checkpoint (a run stopped between the
+    // two) is cut away on resume, not kept beside its rewrite.
+    let metrics = out.path().join("metrics.jsonl");
+    let mut text = std::fs::read_to_string(&metrics).expect("metrics");
+    text.push_str("{\"step\":999}\n");
+    std::fs::write(&metrics, text).expect("write");
     scfg.steps = 150;
     let fresh = Policy::new(policy.config().clone(), &Device::Cpu, DType::F32).expect("policy");
+    // Other settings than the run's (bar steps) are refused, naming the key.
+    let other = SftConfig {
+        batch_size: 8,
+        ..scfg.clone()
+    };
+    let sft = PolicySft {
+        policy: &fresh,
+        data: &data,
+    };
+    let e = train_sft(&sft, &other, out.path(), true, false).expect_err("other settings");
+    assert!(
+        e.to_string().contains("sft.batch_size: 16 against 8"),
+        "{e}"
+    );
     let r2 = train_sft(
         &PolicySft {
             policy: &fresh,
@@ -711,6 +731,17 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
     )
     .expect("resume");
     assert_eq!(r2.start_step, 40);
+    let steps: Vec<u64> = std::fs::read_to_string(&metrics)
+        .expect("metrics")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("line")["step"]
+                .as_u64()
+                .expect("step")
+        })
+        .collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
+    assert_eq!(steps.last(), Some(&150));
     assert!(
         r2.final_loss < r1.final_loss,
         "{} -> {}",

@@ -177,7 +177,28 @@ fn parse_doc<T: DeserializeOwned>(
 /// the key); `None` when they are equal. `prefix` names where `a` and `b`
 /// sit (e.g. `wmrl`), prepended to the key.
 pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<String> {
-    let (Ok(x), Ok(y)) = (serde_json::to_value(a), serde_json::to_value(b)) else {
+    first_difference_except(a, b, prefix, &[])
+}
+
+/// [`first_difference`], leaving out the top-level keys in `ignore` (those
+/// that may change between starts of one run or bench: a run's `steps`, a
+/// bench's seed count).
+pub fn first_difference_except<T: Serialize>(
+    a: &T,
+    b: &T,
+    prefix: &str,
+    ignore: &[&str],
+) -> Option<String> {
+    let value = |c: &T| {
+        let mut v = serde_json::to_value(c).ok()?;
+        if let Some(m) = v.as_object_mut() {
+            for k in ignore {
+                m.remove(*k);
+            }
+        }
+        Some(v)
+    };
+    let (Some(x), Some(y)) = (value(a), value(b)) else {
         return Some(format!("{prefix}: not comparable"));
     };
     let key = differing_key(&x, &y)?;
@@ -316,5 +337,15 @@ mod tests {
         b.inner.a = 2.0;
         let d = first_difference(&a, &b, "").expect("differs");
         assert!(d.starts_with("inner.a: 1.0 against 2.0"), "{d}");
+        // A key left out is not compared; the next difference is named.
+        b.steps = 3;
+        let d = first_difference_except(&a, &b, "run", &["steps"]).expect("differs");
+        assert_eq!(d, "run.inner.a: 1.0 against 2.0");
+        b.inner.a = 1.0;
+        assert_eq!(first_difference_except(&a, &b, "", &["steps"]), None);
+        assert_eq!(
+            first_difference(&a, &b, "").as_deref(),
+            Some("steps: 1 against 3")
+        );
     }
 }

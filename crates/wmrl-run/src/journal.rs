@@ -45,6 +45,137 @@ impl RunDir {
     }
 }
 
+/// Whether opening a run directory ([`RunDir::open`]) continues a
+/// checkpoint found there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// A fresh run: a directory that holds a checkpoint is refused.
+    Never,
+    /// Continue the last checkpoint; a directory without one is an error.
+    Always,
+    /// Continue an interrupted run (a checkpoint and no summary), else
+    /// start fresh.
+    IfInterrupted,
+}
+
+/// What [`RunDir::open`] found: a fresh run, or a resumed one with its
+/// checkpoint's state.
+#[derive(Debug)]
+pub enum Opened<S> {
+    Fresh,
+    Resumed(Saved<S>),
+}
+
+impl<S> Opened<S> {
+    pub fn is_resumed(&self) -> bool {
+        matches!(self, Opened::Resumed(_))
+    }
+}
+
+impl RunDir {
+    /// Open this directory for a run, writing nothing (a run that then
+    /// fails to load its models leaves the directory as it was): a fresh
+    /// run, or the last checkpoint's state when `resume` says so. `differs`
+    /// compares the checkpoint with the run's settings and names the first
+    /// difference (the key, both values); a checkpoint made under other
+    /// settings is refused with that text rather than continued with a mix
+    /// of both.
+    pub fn open<S: serde::de::DeserializeOwned>(
+        &self,
+        resume: Resume,
+        differs: impl FnOnce(&Saved<S>) -> Option<String>,
+    ) -> Result<Opened<S>, RecordError> {
+        let resumed = match resume {
+            Resume::Never if self.checkpoint().exists() => {
+                return Err(RecordError {
+                    path: self.dir.display().to_string(),
+                    message: "already holds a run; continue it with --resume or pick another --out"
+                        .into(),
+                });
+            }
+            Resume::Never => false,
+            Resume::Always => true,
+            Resume::IfInterrupted => self.interrupted(),
+        };
+        if !resumed {
+            return Ok(Opened::Fresh);
+        }
+        self.resume(differs).map(Opened::Resumed)
+    }
+
+    /// The last checkpoint's state for resuming, refused with the text
+    /// `differs` gives when it was made under other settings (see
+    /// [`RunDir::open`]); writes nothing.
+    pub fn resume<S: serde::de::DeserializeOwned>(
+        &self,
+        differs: impl FnOnce(&Saved<S>) -> Option<String>,
+    ) -> Result<Saved<S>, RecordError> {
+        let saved = self.read_saved("resume")?;
+        match differs(&saved) {
+            Some(message) => Err(RecordError {
+                path: self.state().display().to_string(),
+                message,
+            }),
+            None => Ok(saved),
+        }
+    }
+
+    /// Make the directory ready for what [`RunDir::open`] found, once
+    /// everything the run needs is loaded. A fresh run: the directory
+    /// created, every record file emptied and those in `empty` created.
+    /// A resumed run: each record file cut back to the checkpoint's mark,
+    /// so what was written after it is written once. `settings` (a file
+    /// and its text), when given, is written atomically in both cases.
+    pub fn prepare<S>(
+        &self,
+        opened: &Opened<S>,
+        settings: Option<(&std::path::Path, &[u8])>,
+        empty: &[std::path::PathBuf],
+    ) -> Result<(), RecordError> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| RecordError {
+            path: self.dir.display().to_string(),
+            message: e.to_string(),
+        })?;
+        match opened {
+            Opened::Resumed(saved) => self.cut_back_to(&saved.records)?,
+            Opened::Fresh => {
+                self.cut_back_to(&Marks::default())?;
+                for p in empty {
+                    atomic_write(p, b"")?;
+                }
+            }
+        }
+        match settings {
+            Some((path, text)) => atomic_write(path, text),
+            None => Ok(()),
+        }
+    }
+
+    /// Close a finished run: its `diagnostics` to diagnostics.json, then
+    /// its `summary` to summary.json, last (a bench takes that file for a
+    /// finished run), both pretty JSON written atomically.
+    pub fn finish<D: Serialize, R: Serialize>(
+        &self,
+        diagnostics: &D,
+        summary: &R,
+    ) -> Result<(), RecordError> {
+        for (path, value) in [
+            (
+                self.diagnostics(),
+                serde_json::to_string_pretty(diagnostics),
+            ),
+            (self.summary(), serde_json::to_string_pretty(summary)),
+        ] {
+            let text = value.map_err(|e| RecordError {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            atomic_write(&path, text.as_bytes())?;
+        }
+        Ok(())
+    }
+}
+
 /// The run directory `dir` as a [`Journal`]: records to metrics.jsonl,
 /// checkpoints to `checkpoint/` (the track's files and `state.json`).
 #[derive(Debug, Clone)]
@@ -121,5 +252,57 @@ mod tests {
         std::fs::write(run.state(), bad.to_string()).unwrap();
         let e = run.read_saved::<Vec<u8>>("resume").unwrap_err();
         assert!(e.message.contains("corrupt checkpoint state"), "{e}");
+    }
+
+    #[test]
+    fn opening_a_run_starts_fresh_resumes_or_refuses_and_finishing_writes_the_summary_last() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::new(tmp.path().join("run"));
+        let same = |_: &Saved<u8>| None;
+        // Nothing there: every mode but Always starts fresh.
+        assert!(!run.open(Resume::Never, same).unwrap().is_resumed());
+        assert!(!run.open(Resume::IfInterrupted, same).unwrap().is_resumed());
+        let e = run.open(Resume::Always, same).unwrap_err();
+        assert!(e.message.contains("no checkpoint to resume"), "{e}");
+        assert!(!run.dir.exists(), "opening writes nothing");
+        let fresh = Opened::<u8>::Fresh;
+        let settings = run.config_json();
+        run.prepare(&fresh, Some((&settings, b"{}")), &[run.eval()])
+            .unwrap();
+        assert_eq!(std::fs::read(run.eval()).unwrap(), b"");
+        assert_eq!(std::fs::read(&settings).unwrap(), b"{}");
+        std::fs::write(run.metrics(), "1\n").unwrap();
+        let core = CorrectionLoop::new(Default::default(), wmrl_core::Arm::Sparse, 0).unwrap();
+        let saved = Saved {
+            step: 1,
+            core,
+            ledger: Ledger::default(),
+            records: run.marks(),
+            track: 5u8,
+        };
+        let text = serde_json::to_vec(&saved).unwrap();
+        run.write_checkpoint(|d| atomic_write(&d.join("state.json"), &text))
+            .unwrap();
+        std::fs::write(run.metrics(), "1\n2\n").unwrap();
+        let e = run.open(Resume::Never, same).unwrap_err();
+        assert!(e.message.contains("already holds a run"), "{e}");
+        let e = run
+            .open(Resume::Always, |s: &Saved<u8>| {
+                (s.track != 6).then(|| format!("track: {} then, 6 now", s.track))
+            })
+            .unwrap_err();
+        assert!(e.message.contains("track: 5 then, 6 now"), "{e}");
+        let opened = run.open(Resume::IfInterrupted, same).unwrap();
+        let Opened::Resumed(back) = &opened else {
+            panic!("an interrupted run resumes")
+        };
+        assert_eq!((back.step, back.track), (1, 5));
+        run.prepare(&opened, None, &[]).unwrap();
+        assert_eq!(std::fs::read_to_string(run.metrics()).unwrap(), "1\n");
+        run.finish(&[1, 2], &"done").unwrap();
+        assert_eq!(std::fs::read_to_string(run.summary()).unwrap(), "\"done\"");
+        assert!(run.diagnostics().exists());
+        // A finished run is not continued: IfInterrupted starts fresh.
+        assert!(!run.open(Resume::IfInterrupted, same).unwrap().is_resumed());
     }
 }

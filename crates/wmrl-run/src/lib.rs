@@ -27,10 +27,10 @@ pub mod records;
 pub mod rundir;
 
 pub use config::{
-    ConfigError, apply_set, differing_key, first_difference, load, load_optional, parse, read_doc,
-    value_at,
+    ConfigError, apply_set, differing_key, first_difference, first_difference_except, load,
+    load_optional, parse, read_doc, value_at,
 };
-pub use journal::{RunJournal, Saved};
+pub use journal::{Opened, Resume, RunJournal, Saved};
 pub use progress::Progress;
 pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};
 pub use rundir::RunDir;

@@ -225,16 +225,8 @@ impl Trainer {
     /// Start a fresh run in `dir` (which must not hold a checkpoint).
     pub fn create(cfg: TrainConfig, dir: &Path) -> Result<Self> {
         cfg.validate()?;
-        let files = RunDir {
-            dir: dir.to_path_buf(),
-        };
-        if files.checkpoint().exists() {
-            return Err(TrainError::RunDir {
-                path: dir.display().to_string(),
-                message: "already holds a run; continue it with --resume or pick another --out"
-                    .into(),
-            });
-        }
+        let files = RunDir::new(dir);
+        let opened = files.open::<RobotState>(wmrl_run::Resume::Never, |_| None)?;
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
         let toml = cfg.to_toml()?;
         // People's labels left by a run that stopped before its first
@@ -253,9 +245,7 @@ impl Trainer {
         // Everything is loaded before the run directory is touched.
         let track = RobotTrack::open(cfg, files, &placement, learner, None, 0)?;
         let files = &track.files;
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-        files.cut_back_to(&wmrl_run::Marks::default())?;
-        std::fs::write(files.config_toml(), toml).map_err(io_err(&files.config_toml()))?;
+        files.prepare(&opened, Some((&files.config_toml(), toml.as_bytes())), &[])?;
         Ok(Self {
             run: Run::new(track, core),
         })
@@ -271,46 +261,33 @@ impl Trainer {
     /// the models run, not what the run computes: config.toml keeps its
     /// record).
     pub fn resume_on(dir: &Path, device: Option<crate::DeviceChoice>) -> Result<Self> {
-        let files = RunDir {
-            dir: dir.to_path_buf(),
-        };
+        let files = RunDir::new(dir);
         let mut cfg = TrainConfig::load(&files.config_toml())?;
         if let Some(d) = device {
             cfg.device = d;
         }
-        let ck = files.checkpoint();
-        let state: Saved<RobotState> = files.read_saved("resume")?;
         // config.toml is the one source of truth: a checkpoint whose method
         // state was made under other settings (an edited file) is refused
         // rather than continued with a mix of both.
-        let changed = if state.core.arm() != cfg.arm {
-            Some(format!(
-                "arm: {} in the checkpoint against {}",
-                state.core.arm().name(),
-                cfg.arm.name()
+        let state = files.resume::<RobotState>(|state| {
+            let d = if state.core.arm() != cfg.arm {
+                Some(format!(
+                    "arm: {} in the checkpoint against {}",
+                    state.core.arm().name(),
+                    cfg.arm.name()
+                ))
+            } else {
+                wmrl_run::first_difference(state.core.config(), &cfg.wmrl, "wmrl")
+            };
+            d.map(|d| format!(
+                "differs from the settings the checkpoint was made with (checkpoint against config.toml: {d}); restore it or start a new run"
             ))
-        } else {
-            wmrl_run::first_difference(state.core.config(), &cfg.wmrl, "wmrl")
-        };
-        if let Some(d) = changed {
-            return Err(TrainError::RunDir {
-                path: files.config_toml().display().to_string(),
-                message: format!(
-                    "differs from the settings the checkpoint was made with (checkpoint against config.toml: {d}); restore it or start a new run"
-                ),
-            });
-        }
+        })?;
         let placement = Placement::select(cfg.device);
         let mut learner = load_learner(&cfg, &placement)?;
-        learner.restore(&ck)?;
-        let track = RobotTrack::open(
-            cfg,
-            files,
-            &placement,
-            learner,
-            state.track.world_model.clone(),
-            state.step,
-        )?;
+        learner.restore(&files.checkpoint())?;
+        let world_model = state.track.world_model.clone();
+        let track = RobotTrack::open(cfg, files, &placement, learner, world_model, state.step)?;
         track.files.cut_back_to(&state.records)?;
         Ok(Self {
             run: Run::resumed(track, state.core, state.ledger, state.step),
@@ -412,10 +389,6 @@ impl Trainer {
             .core
             .diagnostics()
             .summary(&self.run.track.cfg.wmrl.calibration);
-        let dp = self.run.track.files.diagnostics();
-        let text = serde_json::to_string_pretty(self.run.core.diagnostics())
-            .map_err(|e| TrainError::Report(e.to_string()))?;
-        std::fs::write(&dp, text).map_err(io_err(&dp))?;
         let summary = RunSummary {
             arm: self.run.track.cfg.arm.name().into(),
             seed: self.run.track.cfg.seed,
@@ -431,12 +404,12 @@ impl Trainer {
             ledger: self.run.ledger.clone(),
             diagnostics,
         };
-        // Written last and through a rename: a bench takes the file's
+        // summary.json last and through a rename: a bench takes the file's
         // presence for a finished run, so it must never be half there.
-        let sp = self.run.track.files.summary();
-        let text = serde_json::to_string_pretty(&summary)
-            .map_err(|e| TrainError::Report(e.to_string()))?;
-        wmrl_run::atomic_write(&sp, text.as_bytes())?;
+        self.run
+            .track
+            .files
+            .finish(self.run.core.diagnostics(), &summary)?;
         Ok(summary)
     }
 }

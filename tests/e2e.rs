@@ -75,7 +75,7 @@ fn config(arm: Arm, policy: &Path, wm: &Path, steps: usize) -> TrainConfig {
 }
 
 fn runtime_or_skip() -> bool {
-    if wmrl_worldmodel::runtime_available() {
+    if wmrl_onnx::runtime_available() {
         return true;
     }
     eprintln!("SKIP: ONNX Runtime library not found; run scripts/setup");

@@ -119,7 +119,7 @@ fn without_seconds(mut m: StepMetrics) -> StepMetrics {
 
 #[test]
 fn a_waiting_run_labelled_by_people_ends_as_the_simulator_run() {
-    if !wmrl_worldmodel::runtime_available() {
+    if !wmrl_onnx::runtime_available() {
         eprintln!("SKIP: ONNX Runtime library not found; run scripts/setup");
         return;
     }
@@ -172,7 +172,7 @@ fn a_waiting_run_labelled_by_people_ends_as_the_simulator_run() {
 
 #[test]
 fn a_run_that_does_not_wait_takes_late_labels_at_the_next_step_once() {
-    if !wmrl_worldmodel::runtime_available() {
+    if !wmrl_onnx::runtime_available() {
         eprintln!("SKIP: ONNX Runtime library not found; run scripts/setup");
         return;
     }

@@ -188,7 +188,7 @@ impl Submission {
     /// `O_NOFOLLOW` (a symbolic link is refused, not followed) and
     /// `O_NONBLOCK` (a FIFO cannot make the grader wait). For files a host
     /// wrote itself (tests, checks); a sandbox run reads its submission
-    /// through [`crate::sandbox::Run::submission`], which also holds the
+    /// through [`crate::sandbox::Execution::submission`], which also holds the
     /// working directory open from before the solution ran.
     pub fn read(path: &Path, cap_bytes: u64) -> Self {
         use std::os::unix::fs::OpenOptionsExt;

@@ -32,7 +32,7 @@ pub use competition::{Competition, CompetitionMeta, Metric, N_META, Split, Suite
 pub use error::{Error, Result};
 pub use grade::{Grade, Ladder, Rung, Submission, grade, leaderboard_position, position_score};
 pub use onnx_predictor::OnnxPredictor;
-pub use sandbox::{Exit, Isolation, PathViews, Run, RunReport, Sandbox, SandboxConfig};
+pub use sandbox::{Execution, Exit, Isolation, PathViews, RunReport, Sandbox, SandboxConfig};
 pub use train::{TrainConfig, TrainReport, train};
 /// The track's arms are the core's ([`arm`] names the three it runs).
 pub use wmrl_core::Arm;

@@ -178,7 +178,7 @@ impl RunReport {
 
 /// A finished run and its working directory (deleted on drop).
 #[derive(Debug)]
-pub struct Run {
+pub struct Execution {
     pub report: RunReport,
     pub workdir: tempfile::TempDir,
     /// The working directory, opened before the solution started: the
@@ -190,7 +190,7 @@ pub struct Run {
     max_file_bytes: u64,
 }
 
-impl Run {
+impl Execution {
     /// The solution's `./submission.csv` as the grader may read it: opened
     /// relative to the working directory held open since before the run,
     /// without following a symbolic link and without blocking on a FIFO;
@@ -695,12 +695,12 @@ impl Sandbox {
     /// Run `code` as `solution.py` in a fresh working directory holding a
     /// copy of `public_dir` at `./public/`. The solution writes
     /// `./submission.csv`.
-    pub fn run(&self, code: &str, public_dir: &Path) -> Result<Run> {
+    pub fn run(&self, code: &str, public_dir: &Path) -> Result<Execution> {
         self.run_with(code, public_dir, &PathViews::default())
     }
 
     /// [`Self::run`] with extra [`PathViews`] of the run's files.
-    pub fn run_with(&self, code: &str, public_dir: &Path, views: &PathViews) -> Result<Run> {
+    pub fn run_with(&self, code: &str, public_dir: &Path, views: &PathViews) -> Result<Execution> {
         if *views != PathViews::default() && self.backend != Isolation::Bwrap {
             return Err(Error::Sandbox(format!(
                 "path views (MLE-Dojo's data_path/output_path) need bubblewrap; backend is {:?}",
@@ -756,7 +756,7 @@ impl Sandbox {
         let (stdout, t1) = read_capped(&out_path, self.cfg.max_output_bytes);
         let (stderr, t2) = read_capped(&err_path, self.cfg.max_output_bytes);
         let syntax_error = exit == Exit::Code(SYNTAX_EXIT_CODE);
-        Ok(Run {
+        Ok(Execution {
             report: RunReport {
                 exit,
                 syntax_error,

@@ -6,7 +6,8 @@
 use candle_core::{DType, Device};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use wmrl_env::Frame;
-use wmrl_policy::{OptimConfig, Policy, PolicyConfig, PolicyInput, PolicyOptimizer, nll_loss};
+use wmrl_grpo::OptimConfig;
+use wmrl_policy::{Policy, PolicyConfig, PolicyInput, PolicyOptimizer, nll_loss};
 
 fn inputs(cfg: &PolicyConfig, n: usize) -> Vec<PolicyInput> {
     (0..n)

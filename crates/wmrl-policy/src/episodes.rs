@@ -11,9 +11,9 @@
 //!
 //! The policy's sampling seed for a call is `seed * φ64 + ((wave << 32) |
 //! call)`, where `call` counts the policy calls of the current wave. With
-//! [`Schedule::Waves`] (training) a wave is one slot-sized batch of
+//! [`Dispatch::Waves`] (training) a wave is one slot-sized batch of
 //! episodes, reset together and run until all have ended; with
-//! [`Schedule::Refill`] (evaluation) a slot is refilled as soon as its
+//! [`Dispatch::Refill`] (evaluation) a slot is refilled as soon as its
 //! episode ends and the whole run is one wave. Row `r` of a call draws
 //! from stream `r` of the call's seed ([`ActionPolicy::sample_streams`]).
 //!
@@ -32,7 +32,7 @@ use crate::{ACTION_DIM, ActionPolicy, PolicyError, PolicyInput, Result, Sample};
 
 /// When free slots get the next episodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Schedule {
+pub enum Dispatch {
     /// Reset a full batch of slots together and run it until every episode
     /// in it has ended (each wave restarts the call counter of the seeds).
     Waves,
@@ -47,7 +47,7 @@ pub struct RunOptions {
     pub temperature: f32,
     /// Base of every policy call's sampling seed.
     pub seed: u64,
-    pub schedule: Schedule,
+    pub dispatch: Dispatch,
     /// Actions executed per policy call (0 or more than the chunk: the
     /// whole chunk).
     pub execute_steps: usize,
@@ -71,7 +71,7 @@ impl RunOptions {
         Self {
             temperature,
             seed,
-            schedule: Schedule::Refill,
+            dispatch: Dispatch::Refill,
             execute_steps: 0,
             max_steps: 0,
             observe_at_cap: false,
@@ -207,7 +207,7 @@ pub fn run_episodes(
 /// run again and the observer hears nothing of them; each holds its
 /// recorded slot for its recorded policy calls, and their calls, rows,
 /// steps and restarts count in the stats as they did then. Needs
-/// [`Schedule::Refill`] and the environment's slot count of the earlier
+/// [`Dispatch::Refill`] and the environment's slot count of the earlier
 /// run: an episode the schedule would place elsewhere is an error.
 pub fn run_episodes_after(
     policy: &dyn ActionPolicy,
@@ -218,7 +218,7 @@ pub fn run_episodes_after(
     observer: &mut dyn EpisodeObserver,
 ) -> Result<RunStats> {
     let replaying = ended.iter().any(Option::is_some);
-    if replaying && (opts.schedule != Schedule::Refill || opts.keep_features) {
+    if replaying && (opts.dispatch != Dispatch::Refill || opts.keep_features) {
         return Err(PolicyError::Input(
             "only a refill run without features can continue an earlier one".into(),
         ));
@@ -309,20 +309,20 @@ impl<'a> Runner<'a> {
     }
 
     /// Give free slots their next episodes when the schedule says so (a
-    /// new wave first under [`Schedule::Waves`]): an episode the earlier
+    /// new wave first under [`Dispatch::Waves`]): an episode the earlier
     /// run ended holds its slot unsampled, the others are reset together.
     /// Errors when an ended episode's recorded place is not this run's.
     fn fill_free_slots(&mut self) -> Result<()> {
-        let refill = match self.opts.schedule {
-            Schedule::Refill => self.slots.iter().any(Option::is_none),
-            Schedule::Waves => self.slots.iter().all(Option::is_none),
+        let refill = match self.opts.dispatch {
+            Dispatch::Refill => self.slots.iter().any(Option::is_none),
+            Dispatch::Waves => self.slots.iter().all(Option::is_none),
         };
         // No reset call at all when no slot is free (as neither of the two
         // loops this runner replaced made one).
         if !refill || self.next >= self.requests.len() {
             return Ok(());
         }
-        if self.opts.schedule == Schedule::Waves && self.next > 0 {
+        if self.opts.dispatch == Dispatch::Waves && self.next > 0 {
             self.wave += 1;
             self.call = 0;
         }

@@ -40,7 +40,7 @@ impl Default for GrpoConfig {
     }
 }
 
-pub use wmrl_grpo::GrpoStats;
+use wmrl_grpo::GrpoStats;
 
 /// Rows per forward pass of [`GrpoBatch::with_reference`].
 pub const REFERENCE_CHUNK: usize = 256;

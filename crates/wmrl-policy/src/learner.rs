@@ -8,12 +8,12 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use wmrl_grpo::OptimConfig;
 
 use wmrl_core::rng::SplitMix64;
 
 use crate::{
-    ActionPolicy, GrpoBatch, GrpoConfig, OptimConfig, Policy, PolicyInput, PolicyOptimizer, Result,
-    grpo_loss,
+    ActionPolicy, GrpoBatch, GrpoConfig, Policy, PolicyInput, PolicyOptimizer, Result, grpo_loss,
 };
 
 /// One policy call of a graded rollout, as the update sees it.
@@ -83,7 +83,7 @@ pub struct UpdateStats {
 
 impl UpdateStats {
     /// Count one optimiser step's objective statistics and gradient norm.
-    pub fn add(&mut self, s: &crate::GrpoStats, grad_norm: f64) {
+    pub fn add(&mut self, s: &wmrl_grpo::GrpoStats, grad_norm: f64) {
         self.loss += s.loss;
         self.kl_ref += s.kl_ref;
         self.clip_frac += s.clip_frac;

@@ -49,14 +49,14 @@ pub use eval::{
     EpisodeResult, EvalConfig, EvalReport, RateSummary, TaskResult, evaluate,
     evaluate_with_progress, write_gif,
 };
-pub use grpo::{GrpoBatch, GrpoConfig, GrpoStats, grpo_loss, nll_loss};
+pub use grpo::{GrpoBatch, GrpoConfig, grpo_loss, nll_loss};
 pub use input::{PolicyInput, normalize_proprio, resize_frame};
 pub use learner::{
     Learner, OPTIMIZER_FILE, TINY_POLICY_DIR, TinyLearner, UpdateBatch, UpdateSample,
     UpdateSettings, UpdateStats, minibatch_orders,
 };
 pub use model::PreparedInputs;
-pub use optim::{OptimConfig, PolicyOptimizer, StepStats};
+pub use optim::PolicyOptimizer;
 pub use policy::{Policy, Sample, TokenStats, sample_row};
 pub use runconfig::{RunConfig, apply_overrides};
 pub use sft::{

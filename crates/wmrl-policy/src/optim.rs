@@ -8,7 +8,7 @@ use std::path::Path;
 
 use candle_core::Var;
 use wmrl_grpo::AdamW;
-pub use wmrl_grpo::{OptimConfig, StepStats};
+use wmrl_grpo::OptimConfig;
 
 use crate::checkpoint::{read_tensors, write_tensors};
 use crate::{Policy, PolicyError, Result};

@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use wmrl_grpo::OptimConfig;
 
 use candle_core::{Tensor, Var};
 use rand::{Rng, SeedableRng};
@@ -20,8 +21,8 @@ use crate::checkpoint::{read_json, write_json};
 use crate::error::io_err;
 use crate::input::{observation_images, prepare_rows};
 use crate::{
-    ACTION_DIM, ActionTokenizer, OptimConfig, Policy, PolicyConfig, PolicyError, PolicyInput,
-    PolicyOptimizer, PreparedInputs, Result, nll_loss,
+    ACTION_DIM, ActionTokenizer, Policy, PolicyConfig, PolicyError, PolicyInput, PolicyOptimizer,
+    PreparedInputs, Result, nll_loss,
 };
 
 /// SFT settings.

@@ -6,6 +6,7 @@ use wmrl_env::{
     Action, CameraSpec, EnvSpec, Environment, Episode, EpisodeStep, Frame, LocalVecEnv,
     Observation, ResetRequest, StepResult, TaskSpec,
 };
+use wmrl_grpo::OptimConfig;
 
 use crate::*;
 
@@ -904,7 +905,7 @@ fn grpo_learns_a_synthetic_reward_that_shuffled_advantages_do_not() {
 /// and the actions the observer sees are the ones executed.
 #[test]
 fn the_episode_runner_gives_the_same_greedy_episodes_under_either_schedule() {
-    use crate::episodes::{EpisodeObserver, RunOptions, Schedule, run_episodes};
+    use crate::episodes::{Dispatch, EpisodeObserver, RunOptions, run_episodes};
     #[derive(Default)]
     struct Log {
         started: Vec<usize>,
@@ -940,20 +941,20 @@ fn the_episode_runner_gives_the_same_greedy_episodes_under_either_schedule() {
             seed: i as u64,
         })
         .collect();
-    let run = |schedule| {
+    let run = |dispatch| {
         let envs: Vec<LineEnv> = (0..3).map(|_| LineEnv::new()).collect();
         let mut env = LocalVecEnv::new(envs).expect("env");
         let mut log = Log::default();
         let opts = RunOptions {
-            schedule,
+            dispatch,
             max_steps: 9,
             ..RunOptions::new(0.0, 5)
         };
         let stats = run_episodes(&policy, &mut env, &requests, &opts, &mut log).expect("run");
         (log, stats)
     };
-    let (waves, ws) = run(Schedule::Waves);
-    let (refill, rs) = run(Schedule::Refill);
+    let (waves, ws) = run(Dispatch::Waves);
+    let (refill, rs) = run(Dispatch::Refill);
     for log in [&waves, &refill] {
         let mut s = log.started.clone();
         s.sort_unstable();

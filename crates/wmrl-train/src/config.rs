@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use wmrl_core::{Arm, CoreConfig};
-use wmrl_policy::{GrpoConfig, OptimConfig};
+use wmrl_grpo::OptimConfig;
+use wmrl_policy::GrpoConfig;
 use wmrl_sim::SimConfig;
 use wmrl_worldmodel::{FineTuneConfig, ScoreMode, WorldModelConfig};
 

@@ -5,7 +5,7 @@
 //! agent-view frames the world model will score.
 
 use wmrl_env::{Frame, Observation, ResetRequest, StepResult, VecEnv};
-use wmrl_policy::episodes::{EpisodeObserver, RunOptions, Schedule, run_episodes};
+use wmrl_policy::episodes::{Dispatch, EpisodeObserver, RunOptions, run_episodes};
 use wmrl_policy::{ACTION_DIM, ActionPolicy, PolicyInput, Sample};
 
 use crate::Result;
@@ -78,7 +78,7 @@ pub struct CollectStats {
 }
 
 /// Run every episode in `specs` with `policy` sampling at `temperature`, in
-/// waves of `num_envs` slots ([`Schedule::Waves`] of the shared runner,
+/// waves of `num_envs` slots ([`Dispatch::Waves`] of the shared runner,
 /// [`wmrl_policy::episodes`]). Deterministic for a given `seed` and
 /// environment. `keep` says what else is recorded ([`Keep`]); the samples
 /// are the same either way.
@@ -123,7 +123,7 @@ pub fn collect(
         })
         .collect();
     let opts = RunOptions {
-        schedule: Schedule::Waves,
+        dispatch: Dispatch::Waves,
         max_steps: limit.max(1),
         // The world model scores the last frame of an episode the cap ends.
         observe_at_cap: true,

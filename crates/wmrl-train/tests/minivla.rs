@@ -52,7 +52,7 @@ fn config(policy: &Path, extra: &[&str]) -> wmrl_train::Result<TrainConfig> {
 
 #[test]
 fn a_minivla_run_trains_its_adapters_and_resumes_to_the_same_step() {
-    if !wmrl_worldmodel::runtime_available() {
+    if !wmrl_onnx::runtime_available() {
         eprintln!("SKIPPED: ONNX Runtime library not found; run scripts/setup");
         return;
     }

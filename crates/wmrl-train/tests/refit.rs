@@ -143,7 +143,7 @@ fn keep_step(
 
 #[test]
 fn a_refit_is_exported_reloaded_judged_and_charged() {
-    if !wmrl_worldmodel::runtime_available() {
+    if !wmrl_onnx::runtime_available() {
         eprintln!("SKIP: ONNX Runtime library not found; run scripts/setup");
         return;
     }

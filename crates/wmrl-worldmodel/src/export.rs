@@ -15,12 +15,9 @@ use prost::Message;
 
 use crate::contract::{self, INPUT_FRAMES, INPUT_INSTRUCTION, OUTPUT_PROGRESS, OUTPUT_SUCCESS};
 use crate::net::{CONV_K, CONV_PAD, CONV_STRIDE, NetConfig};
-use crate::onnx_proto::*;
 use crate::{Result, WmError};
+use wmrl_onnx::onnx_proto::*;
 use wmrl_onnx::{model_proto, write_atomic};
-
-/// The opset the exporter targets.
-pub use wmrl_onnx::OPSET;
 
 struct Graph {
     nodes: Vec<NodeProto>,

@@ -17,8 +17,9 @@ use crate::contract::{
     self, Elem, INPUT_FRAMES, INPUT_INSTRUCTION, IoDesc, ModelShape, OUTPUT_PROGRESS,
     OUTPUT_SUCCESS,
 };
-use crate::{Result, WmError, runtime};
+use crate::{Result, WmError};
 use wmrl_onnx::OnnxError;
+use wmrl_onnx::runtime;
 
 /// Where ONNX Runtime runs the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

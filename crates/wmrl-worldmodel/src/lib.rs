@@ -29,9 +29,6 @@ pub mod net;
 pub mod parity;
 pub mod quality;
 pub mod synthetic;
-// The shared ONNX pieces live in wmrl-onnx (the AutoResearch track uses
-// them without this crate); re-exported under their old paths.
-pub use wmrl_onnx::{mlp, onnx_proto, runtime};
 pub mod train;
 
 pub use collapse::{DEFAULT_POTENTIAL_K, ScoreMode, uniform_indices};
@@ -44,8 +41,6 @@ pub use inference::{
     cuda_provider_status,
 };
 pub use net::{NetConfig, ProgressNet};
-pub use wmrl_onnx::runtime_available;
-pub use wmrl_onnx::{Activation, DenseLayer, MlpGraph, MlpSession, OnnxError, export_mlp_onnx};
 
 /// A Python helper shipped with this crate (`python/<name>`), e.g.
 /// `parity.py` or `bench.py`.

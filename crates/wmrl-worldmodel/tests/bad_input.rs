@@ -7,8 +7,8 @@ mod common;
 use candle_core::Device;
 use prost::Message;
 use wmrl_env::Frame;
-use wmrl_worldmodel::OnnxError;
-use wmrl_worldmodel::onnx_proto::*;
+use wmrl_onnx::OnnxError;
+use wmrl_onnx::onnx_proto::*;
 use wmrl_worldmodel::{ProgressNet, RolloutFrames, ScoreMode, WmError, WorldModel, export_onnx};
 
 fn exported(dir: &std::path::Path) -> std::path::PathBuf {

@@ -270,7 +270,7 @@ fn plan<'a>(args: &Args, arms: &'a [BenchArm], seeds: &[u64]) -> anyhow::Result<
         .iter()
         .any(|j| j.arm.is_some_and(|a| a.arm.uses_world_model()))
     {
-        wmrl_worldmodel::runtime::environment().context(
+        wmrl_onnx::runtime::environment().context(
             "arms of this bench score rollouts with the world model through ONNX Runtime \
              (scripts/setup onnxruntime installs it)",
         )?;

@@ -211,7 +211,7 @@ fn run_export(a: ExportArgs) -> anyhow::Result<()> {
         fx_path.display()
     );
     // Check the file through ONNX Runtime right away when it is available.
-    if wmrl_worldmodel::runtime_available() {
+    if wmrl_onnx::runtime_available() {
         let mut wm = WorldModel::load(&out)?;
         let (frames, tokens, _) = parity::inputs(&cfg.net, 2);
         let (p, s) = wm.run_raw(&frames, &tokens, 2, (cfg.net.height, cfg.net.width))?;
@@ -373,7 +373,7 @@ fn run_bench(a: BenchArgs) -> anyhow::Result<()> {
                 "--threads",
                 &a.threads.to_string(),
             ])
-            .env("PYTHONPATH", wmrl_worldmodel::runtime::python_path())
+            .env("PYTHONPATH", wmrl_onnx::runtime::python_path())
             .output()
             .context("running python3 for the onnxruntime side (run scripts/setup)")?;
         if !out.status.success() {

@@ -17,7 +17,7 @@ pub fn tiny_config() -> NetConfig {
 
 /// Print why a test that needs ONNX Runtime is skipped; true when it is.
 pub fn skip_without_runtime(test: &str) -> bool {
-    if wmrl_worldmodel::runtime_available() {
+    if wmrl_onnx::runtime_available() {
         return false;
     }
     eprintln!("SKIPPED {test}: ONNX Runtime library not found; run scripts/setup");

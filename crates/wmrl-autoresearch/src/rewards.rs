@@ -342,11 +342,10 @@ fn load_state(p: &Path, cfg: &RewardConfig, predictor: Option<&PredictorId>) -> 
         )));
     }
     let s: State = serde_json::from_str(&text).map_err(json_err)?;
-    if s.config != *cfg {
+    if let Some(d) = wmrl_run::first_difference(&s.config, cfg, "") {
         return Err(Error::Config(format!(
-            "{}: saved by a service with other settings ({:?}); pass another state file or the same settings",
+            "{}: saved by a service with other settings (saved against now: {d}); pass another state file or the same settings",
             p.display(),
-            s.config
         )));
     }
     let sha = |id: Option<&PredictorId>| id.map(|i| i.sha256.clone());

@@ -160,7 +160,7 @@ fn a_state_of_another_layout_or_a_zero_anchor_fraction_is_refused() {
     assert!(err.contains("anchors.fraction"), "{err}");
     assert!(wmrl_core::AnchorFraction::new(0.0).is_err());
 
-    // Other settings are refused, naming the file.
+    // Other settings are refused, naming the file and the differing key.
     std::fs::write(&state, saved.to_string()).unwrap();
     let err = service(&pred, &state, 0.5)
         .err()
@@ -168,6 +168,10 @@ fn a_state_of_another_layout_or_a_zero_anchor_fraction_is_refused() {
         .to_string();
     assert!(
         err.contains("other settings") && err.contains("state.json"),
+        "{err}"
+    );
+    assert!(
+        err.contains("core.anchors.fraction: 0.25 against 0.5"),
         "{err}"
     );
 }

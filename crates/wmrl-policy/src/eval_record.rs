@@ -116,19 +116,6 @@ fn read(path: &Path) -> Result<Option<(RecordSettings, Vec<RecordedEpisode>, u64
     Ok(Some((header.settings, episodes, kept)))
 }
 
-/// The first setting in which `a` and `b` differ, as `key: A against B`.
-fn first_difference(a: &RecordSettings, b: &RecordSettings) -> Option<String> {
-    let (Ok(serde_json::Value::Object(x)), Ok(serde_json::Value::Object(y))) =
-        (serde_json::to_value(a), serde_json::to_value(b))
-    else {
-        return Some("settings not comparable".into());
-    };
-    x.iter().find_map(|(k, va)| {
-        let vb = y.get(k)?;
-        (va != vb).then(|| format!("{k}: {va} against {vb}"))
-    })
-}
-
 impl Record {
     /// Open the record at `path` for an evaluation of `requests` with
     /// `settings`. With `resume`, the episodes it holds are returned in the
@@ -147,7 +134,7 @@ impl Record {
         let found = read(path)?;
         let keep = match found {
             Some((old, episodes, kept)) if resume => {
-                if let Some(d) = first_difference(&old, settings) {
+                if let Some(d) = wmrl_run::first_difference(&old, settings, "") {
                     return Err(PolicyError::Input(format!(
                         "{} records an evaluation with other settings ({d}); \
                          it cannot be resumed with these",

@@ -16,7 +16,7 @@ use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig};
 use wmrl_autoresearch::rewards::{RewardConfig, RewardService};
 use wmrl_autoresearch::sandbox::repo_root;
 use wmrl_autoresearch::{
-    Arm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, ar_name, parse_ar_arm, train,
+    Arm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, ar_name, train,
 };
 
 #[derive(Debug, clap::Args)]
@@ -150,7 +150,7 @@ pub enum Sub {
         #[arg(long, default_value = "127.0.0.1:8799")]
         bind: String,
         /// real (execute every group), wm (world model only) or wmrl.
-        #[arg(long, default_value = "wmrl", value_parser = parse_ar_arm)]
+        #[arg(long, default_value = "wmrl", value_parser = super::ar_arm_parser())]
         arm: Arm,
         /// Fraction of all groups executed in the sandbox (wmrl), in (0, 1],
         /// kept over the stream of requests.
@@ -173,7 +173,7 @@ pub enum Sub {
     },
     /// Train the policy with one arm and one seed.
     Train {
-        #[arg(long, default_value = "wmrl", value_parser = parse_ar_arm)]
+        #[arg(long, default_value = "wmrl", value_parser = super::ar_arm_parser())]
         arm: Arm,
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -662,9 +662,8 @@ mod tests {
         for bad in ["sparse", "dense_raw", "mix", "Real"] {
             let err = train_arm(&["--arm", bad]).unwrap_err();
             assert!(
-                err.contains(&format!(
-                    "invalid value '{bad}' for '--arm <ARM>': unknown arm `{bad}` (expected real, wm or wmrl)"
-                )),
+                err.contains(&format!("invalid value '{bad}' for '--arm <ARM>'"))
+                    && err.contains("[possible values: real, wm, wmrl]"),
                 "{err}"
             );
         }

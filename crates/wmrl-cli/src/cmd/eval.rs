@@ -11,6 +11,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use wmrl_policy::EvalConfig;
 
+/// The dtype a MiniVLA runs in (`--dtype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Dtype {
+    F32,
+    Bf16,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Policy directory holding config.json and model.safetensors: a
@@ -22,8 +29,8 @@ pub struct Args {
     /// MiniVLA only: the dtype it runs in (`f32`, or `bf16` on the GPU:
     /// candle's CPU backend has no bf16 matrix product; the `tiny` policy
     /// always runs in f32).
-    #[arg(long, default_value = "f32", value_parser = ["f32", "bf16"])]
-    pub dtype: String,
+    #[arg(long, value_enum, default_value_t = Dtype::F32)]
+    pub dtype: Dtype,
     /// MiniVLA only: the dataset in its `dataset_statistics.json` whose
     /// action statistics un-normalise the actions (e.g. `libero_10`; needed
     /// when the file holds several).
@@ -197,9 +204,9 @@ fn load_any_policy(
 ) -> anyhow::Result<Box<dyn wmrl_policy::ActionPolicy>> {
     let device = &placement.policy;
     if wmrl_minivla::is_minivla_dir(&args.policy) {
-        let dtype = match args.dtype.as_str() {
-            "bf16" => wmrl_policy::candle::DType::BF16,
-            _ => wmrl_policy::candle::DType::F32,
+        let dtype = match args.dtype {
+            Dtype::Bf16 => wmrl_policy::candle::DType::BF16,
+            Dtype::F32 => wmrl_policy::candle::DType::F32,
         };
         anyhow::ensure!(
             !(device.is_cpu() && dtype == wmrl_policy::candle::DType::BF16),
@@ -212,7 +219,7 @@ fn load_any_policy(
             dtype,
             args.stats_key.as_deref(),
         )?;
-        tracing::info!("MiniVLA ({}) in {}", p.model().config().preset, args.dtype);
+        tracing::info!("MiniVLA ({}) in {dtype:?}", p.model().config().preset);
         Ok(Box::new(p))
     } else {
         Ok(Box::new(wmrl_train::device::load_policy(

@@ -17,6 +17,25 @@ pub mod sft;
 pub mod train;
 pub mod wm;
 
+use clap::builder::TypedValueParser;
+
+/// `--arm` of the robot track: one of the core's arms ([`wmrl_core::Arm`]),
+/// each listed in `--help` and completions; any other name is refused
+/// where it is parsed.
+pub fn arm_parser() -> impl TypedValueParser<Value = wmrl_core::Arm> {
+    clap::builder::PossibleValuesParser::new(wmrl_core::Arm::ALL.map(wmrl_core::Arm::name))
+        .try_map(|s| s.parse::<wmrl_core::Arm>())
+}
+
+/// `--arm` of the AutoResearch track: `real`, `wm` or `wmrl`
+/// ([`wmrl_autoresearch::arm`]), listed in `--help`.
+pub fn ar_arm_parser() -> impl TypedValueParser<Value = wmrl_core::Arm> {
+    clap::builder::PossibleValuesParser::new(
+        wmrl_autoresearch::arm::AR_ARMS.map(wmrl_autoresearch::arm::ar_name),
+    )
+    .try_map(|s| wmrl_autoresearch::arm::parse_ar_arm(&s))
+}
+
 /// The running `wmrl` binary, for the child processes of `bench` and
 /// `quickstart`. On Linux `/proc/self/exe`, which executes this very binary
 /// even after a rebuild replaced the file on disk (a long bench keeps its
@@ -90,5 +109,29 @@ mod tests {
             "alive",
             "{out:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod arm_tests {
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[arg(long, value_parser = super::arm_parser())]
+        arm: wmrl_core::Arm,
+    }
+
+    #[test]
+    fn every_core_arm_parses_by_name_and_others_are_refused_with_the_list() {
+        for arm in wmrl_core::Arm::ALL {
+            let cli = Cli::try_parse_from(["wmrl", "--arm", arm.name()]).expect("an arm");
+            assert_eq!(cli.arm, arm);
+        }
+        let e = Cli::try_parse_from(["wmrl", "--arm", "real"])
+            .err()
+            .expect("the AutoResearch name is not a robot arm")
+            .to_string();
+        assert!(e.contains("[possible values: sparse, sparse_scarce"), "{e}");
     }
 }

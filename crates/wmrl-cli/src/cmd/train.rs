@@ -10,9 +10,9 @@ pub struct Args {
     /// Run config (TOML); unknown keys are an error.
     #[arg(long, required_unless_present = "resume")]
     pub config: Option<PathBuf>,
-    /// Reward arm: sparse, sparse_scarce, dense_raw, mix, debias, denoise, wmrl,
-    /// or the control sparse_shuffled (advantages shuffled within groups).
-    #[arg(long)]
+    /// Reward arm (docs/method.md); sparse_shuffled is the control
+    /// (advantages shuffled within groups).
+    #[arg(long, value_parser = super::arm_parser())]
     pub arm: Option<Arm>,
     #[arg(long)]
     pub seed: Option<u64>,

@@ -88,7 +88,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(v) => v,
         None => (16..50).collect(),
     };
-    let mut env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), n_envs)?;
+    let mut env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), n_envs, None)?;
     let ecfg = EvalConfig {
         init_states: states,
         execute_steps: std::env::var("EXEC")

@@ -500,7 +500,7 @@ fn skipping_frames_between_policy_calls_changes_no_rollout_or_evaluation() {
         max_steps: 20,
         ..wmrl_sim::SimConfig::default()
     };
-    let make = || wmrl_sim::make_vec_env(&sim, 3).expect("venv");
+    let make = || wmrl_sim::make_vec_env(&sim, 3, None).expect("venv");
     let specs: Vec<wmrl_train::rollout::EpisodeSpec> = (0..5)
         .map(|i| wmrl_train::rollout::EpisodeSpec {
             group: i / 2,
@@ -652,7 +652,7 @@ fn one_layer_policy_and_sim(max_steps: usize) -> (Policy, wmrl_sim::SimConfig) {
 #[test]
 fn evaluation_reruns_an_episode_whose_worker_died_and_counts_it_once() {
     let (policy, sim) = one_layer_policy_and_sim(24);
-    let make = || wmrl_sim::make_vec_env(&sim, 2).expect("venv");
+    let make = || wmrl_sim::make_vec_env(&sim, 2, None).expect("venv");
     let cfg = wmrl_policy::EvalConfig {
         tasks: vec![0, 4],
         init_states: vec![0, 1],
@@ -692,7 +692,7 @@ fn a_rollout_whose_worker_died_is_rerun_whole_and_marked() {
     // from its reset at the 5th step call; what it had collected is void, so
     // (greedy) it ends exactly as the clean run's, with `restarts` 1.
     let (policy, sim) = one_layer_policy_and_sim(24);
-    let make = || wmrl_sim::make_vec_env(&sim, 2).expect("venv");
+    let make = || wmrl_sim::make_vec_env(&sim, 2, None).expect("venv");
     let specs: Vec<wmrl_train::rollout::EpisodeSpec> = (0..3)
         .map(|i| wmrl_train::rollout::EpisodeSpec {
             group: 0,

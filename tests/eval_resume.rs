@@ -70,7 +70,7 @@ fn env(fail_at: Option<usize>) -> FailsAt {
         ..wmrl_sim::SimConfig::default()
     };
     FailsAt {
-        inner: Box::new(wmrl_sim::make_vec_env(&sim, 3).expect("venv")),
+        inner: Box::new(wmrl_sim::make_vec_env(&sim, 3, None).expect("venv")),
         fail_at,
         steps: 0,
         resets: 0,

@@ -18,7 +18,7 @@ fn shipped_policy_loads_and_solves_recorded_episodes() {
 
     // eval_in_domain.json records task 4 solved from training states 0-2
     // (104, 146 and 101 steps); greedy decoding on the same simulator.
-    let mut env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), 3).expect("sim");
+    let mut env = wmrl_sim::make_vec_env(&wmrl_sim::SimConfig::default(), 3, None).expect("sim");
     let report = evaluate(
         &policy,
         &mut env,

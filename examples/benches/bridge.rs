@@ -82,7 +82,11 @@ fn serve(bind: &str, envs: usize, image: u32) -> anyhow::Result<()> {
         image_size: image,
         ..SimConfig::default()
     };
-    let mut server = Server::bind(bind, make_vec_env(&cfg, envs)?, ServerConfig::default())?;
+    let mut server = Server::bind(
+        bind,
+        make_vec_env(&cfg, envs, None)?,
+        ServerConfig::default(),
+    )?;
     println!("ENDPOINT {}", server.endpoint());
     std::io::stdout().flush()?;
     server.run()?;
@@ -209,7 +213,7 @@ fn run(args: Args) -> anyhow::Result<()> {
 
     // Every configuration stays up; rounds interleave them so that load
     // from other processes on the machine hits all alike. Medians per step.
-    let mut local = make_vec_env(&cfg, n)?;
+    let mut local = make_vec_env(&cfg, n, None)?;
     let w_tcp = serve_sim("tcp://127.0.0.1:*", n, args.image_size, None)?;
     let ipc = format!("ipc:///tmp/wmrl-bench-bridge-{}.sock", std::process::id());
     let w_ipc = serve_sim(&ipc, n, args.image_size, None)?;

@@ -97,7 +97,7 @@ fn main() {
         20,
     );
     // The simulator's whole observation (both 128x128 cameras of a task-0
-    // scene): the CPU renderer, then the GPU one after `enable`.
+    // scene): the CPU renderer, then the same environment on the GPU.
     let mut env = wmrl_sim::TabletopEnv::new(wmrl_sim::SimConfig::default()).expect("sim");
     let init = env.init_state(0, 0).expect("init state");
     env.reset_to(0, &init).expect("reset");
@@ -107,7 +107,7 @@ fn main() {
         },
         50,
     );
-    wmrl_sim::gpu::enable(0).expect("GPU renderer");
+    let mut env = env.on(Some(wmrl_sim::gpu::open(0).expect("GPU renderer")));
     env.reset_to(0, &init).expect("reset");
     let gpu_obs = ms(
         || {
@@ -116,7 +116,7 @@ fn main() {
         50,
     );
     assert!(
-        wmrl_sim::gpu::enabled(),
+        env.renders_on_gpu(),
         "a GPU launch failed: the row would time the CPU"
     );
     println!("| kernel | work | CPU ms | GPU ms (with transfers) | speed-up |");

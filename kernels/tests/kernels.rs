@@ -138,25 +138,28 @@ fn raster_kernel_matches_the_cpu_renderer() {
 
 #[test]
 fn the_simulator_renders_on_the_gpu_like_on_the_cpu() {
-    // The whole path `--device cuda` takes: a renderer built after
-    // `wmrl_sim::gpu::enable` records both cameras and fills them in one
+    // The whole path `--device cuda` takes: an environment given the GPU
+    // (`TabletopEnv::on`) records both cameras and fills them in one
     // launch; its frames agree with the CPU renderer's on real scenes.
     if gpu_or_skip("simulator rendering on the GPU").is_none() {
         return;
     }
-    let mut env = wmrl_sim::TabletopEnv::new(wmrl_sim::SimConfig::default()).unwrap();
+    let new = || wmrl_sim::TabletopEnv::new(wmrl_sim::SimConfig::default()).unwrap();
+    let mut cpu_env = new();
+    let mut env = new().on(Some(wmrl_sim::gpu::open(0).unwrap()));
     let mut cpu_frames = Vec::new();
     let scenes: Vec<(usize, wmrl_sim::InitState)> = (0..10)
-        .map(|task| (task, env.init_state(task, task).unwrap()))
+        .map(|task| (task, cpu_env.init_state(task, task).unwrap()))
         .collect();
     for (task, init) in &scenes {
-        cpu_frames.push(env.reset_to(*task, init).unwrap().frames);
+        cpu_frames.push(cpu_env.reset_to(*task, init).unwrap().frames);
+        assert!(!cpu_env.renders_on_gpu());
     }
-    assert!(!wmrl_sim::gpu::enabled());
-    wmrl_sim::gpu::enable(0).unwrap();
     let (mut differ, mut total) = (0usize, 0usize);
     for ((task, init), cpu) in scenes.iter().zip(&cpu_frames) {
         let gpu = env.reset_to(*task, init).unwrap().frames;
+        // Every frame came from the GPU: no launch failed over to the CPU.
+        assert!(env.renders_on_gpu(), "a GPU launch failed");
         assert_eq!(gpu.len(), cpu.len());
         for (g, c) in gpu.iter().zip(cpu) {
             assert_eq!(g.rgb.len(), c.rgb.len());
@@ -169,8 +172,6 @@ fn the_simulator_renders_on_the_gpu_like_on_the_cpu() {
             total += c.rgb.len() / 3;
         }
     }
-    // Every frame came from the GPU: no launch failed over to the CPU.
-    assert!(wmrl_sim::gpu::enabled(), "a GPU launch failed");
     let frac = differ as f64 / total as f64;
     eprintln!(
         "simulator frames on the GPU: {differ} of {total} pixels differ from the CPU's ({:.4}%)",

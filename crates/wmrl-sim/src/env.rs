@@ -1,6 +1,7 @@
 //! [`TabletopEnv`]: one simulator instance behind the project's
 //! [`wmrl_env::Environment`] interface, and its vectorised form.
 
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 use rand::Rng;
@@ -87,6 +88,9 @@ pub struct TabletopEnv {
     spec: EnvSpec,
     run: Option<Running>,
     expert: Expert,
+    /// Where this environment's renderers fill their images
+    /// ([`TabletopEnv::on`]): the CPU when `None`.
+    gpu: Option<Arc<crate::gpu::Gpu>>,
 }
 
 impl std::fmt::Debug for TabletopEnv {
@@ -107,7 +111,26 @@ impl TabletopEnv {
             spec,
             run: None,
             expert: Expert::new(),
+            gpu: None,
         })
+    }
+
+    /// Render on `gpu` (the CPU when `None`): each scene's renderer records
+    /// both cameras and fills them in one launch of the batched rasteriser
+    /// ([`crate::gpu`]). The device is this environment's, passed in as
+    /// candle passes a `&Device`; nothing is set for the process.
+    pub fn on(mut self, gpu: Option<Arc<crate::gpu::Gpu>>) -> Self {
+        self.gpu = gpu;
+        self
+    }
+
+    /// Whether the current scene renders on the GPU: one was given and no
+    /// launch has failed (a failed launch falls back to the CPU).
+    pub fn renders_on_gpu(&self) -> bool {
+        self.run
+            .as_ref()
+            .and_then(|r| r.renderer.as_ref())
+            .is_some_and(Renderer::on_gpu)
     }
 
     pub fn config(&self) -> &SimConfig {
@@ -133,7 +156,7 @@ impl TabletopEnv {
         let renderer = self
             .cfg
             .render
-            .then(|| Renderer::new(&world, self.cfg.image_size as usize));
+            .then(|| Renderer::new(&world, self.cfg.image_size as usize, self.gpu.clone()));
         let status = evaluate(&world, t, &init.joints);
         self.expert.reset();
         self.run = Some(Running {
@@ -192,7 +215,12 @@ impl TabletopEnv {
                 let on = switched_on(&run.world);
                 let s = r.size() as u32;
                 let (a, w) = r.render(&run.world, &on);
-                vec![Frame::new(s, s, a.to_vec())?, Frame::new(s, s, w.to_vec())?]
+                let frames = vec![Frame::new(s, s, a.to_vec())?, Frame::new(s, s, w.to_vec())?];
+                if !r.on_gpu() {
+                    // A failed launch: later scenes render on the CPU too.
+                    self.gpu = None;
+                }
+                frames
             }
             _ => Vec::new(),
         };
@@ -312,10 +340,15 @@ impl Environment for TabletopEnv {
     }
 }
 
-/// `n` instances stepped in parallel with rayon.
-pub fn make_vec_env(cfg: &SimConfig, n: usize) -> Result<LocalVecEnv<TabletopEnv>> {
+/// `n` instances stepped in parallel with rayon, rendering on `gpu` (the
+/// CPU when `None`; [`TabletopEnv::on`]).
+pub fn make_vec_env(
+    cfg: &SimConfig,
+    n: usize,
+    gpu: Option<&Arc<crate::gpu::Gpu>>,
+) -> Result<LocalVecEnv<TabletopEnv>> {
     let envs = (0..n)
-        .map(|_| TabletopEnv::new(cfg.clone()))
+        .map(|_| TabletopEnv::new(cfg.clone()).map(|e| e.on(gpu.cloned())))
         .collect::<Result<Vec<_>>>()?;
     Ok(LocalVecEnv::new(envs)?)
 }

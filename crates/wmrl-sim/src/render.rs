@@ -48,8 +48,7 @@ pub struct Renderer {
     agent: Raster,
     wrist: Raster,
     agent_cam: Camera,
-    /// The GPU rasteriser, when [`crate::gpu::enable`] was called before
-    /// this renderer was built.
+    /// The GPU rasteriser this renderer was built on, until a launch fails.
     gpu: Option<Arc<wmrl_kernels::Gpu>>,
 }
 
@@ -61,8 +60,9 @@ fn mesh_of(shape: Shape) -> Mesh {
 }
 
 impl Renderer {
-    /// Build the draw list of `world`'s scene for square images of `size`.
-    pub fn new(world: &World, size: usize) -> Self {
+    /// Build the draw list of `world`'s scene for square images of `size`,
+    /// filled on `gpu` when given (else on the CPU).
+    pub fn new(world: &World, size: usize, gpu: Option<Arc<wmrl_kernels::Gpu>>) -> Self {
         let mut meshes = vec![Mesh::cuboid([0.5, 0.4, 0.025])];
         let mut items = vec![Item {
             owner: Owner::Fixed,
@@ -120,12 +120,18 @@ impl Renderer {
             agent: Raster::new(size, size),
             wrist: Raster::new(size, size),
             agent_cam,
-            gpu: crate::gpu::shared(),
+            gpu,
         }
     }
 
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// Whether this renderer fills its images on the GPU (given one, and no
+    /// launch has failed).
+    pub fn on_gpu(&self) -> bool {
+        self.gpu.is_some()
     }
 
     /// Render both cameras; returns (agentview, wrist) RGB buffers. On the
@@ -156,7 +162,9 @@ impl Renderer {
             }
             other => {
                 if let Some(Err(e)) = other {
-                    crate::gpu::failed(&e.to_string());
+                    tracing::warn!(
+                        "GPU rasteriser failed ({e}); this scene renders on the CPU from now on"
+                    );
                     self.gpu = None;
                 }
                 self.agent.replay(&a);
@@ -280,11 +288,11 @@ mod tests {
             let init = crate::task::init_state(task, k);
             let world = World::build(task, &init, &cfg);
             let on = vec![false; world.objects.len()];
-            let mut direct = Renderer::new(&world, 96);
+            let mut direct = Renderer::new(&world, 96, None);
             assert!(direct.gpu.is_none(), "no test enables the GPU renderer");
             let (a, w) = direct.render(&world, &on);
             let (a, w) = (a.to_vec(), w.to_vec());
-            let mut recorded = Renderer::new(&world, 96);
+            let mut recorded = Renderer::new(&world, 96, None);
             let (ra, rw) = recorded.render_recorded(&world, &on);
             assert_eq!(a, ra, "task {k}: agent view");
             assert_eq!(w, rw, "task {k}: wrist");

@@ -325,7 +325,7 @@ fn frames_and_proprio_have_the_spec_shapes() {
 
 #[test]
 fn vec_env_steps_slots_independently() {
-    let mut venv = make_vec_env(&small(), 2).expect("venv");
+    let mut venv = make_vec_env(&small(), 2, None).expect("venv");
     let obs = venv
         .reset(&[(0, req(1, 0)), (1, req(5, 2))])
         .expect("reset");
@@ -384,7 +384,7 @@ fn unobserved_steps_skip_frames_but_not_physics() {
         max_steps: 30,
         ..small()
     };
-    let mut venv = make_vec_env(&cfg, 2).expect("venv");
+    let mut venv = make_vec_env(&cfg, 2, None).expect("venv");
     venv.reset(&[(0, req(2, 1)), (1, req(2, 1))])
         .expect("reset");
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);

@@ -123,8 +123,13 @@ impl Default for LiberoEnvConfig {
     }
 }
 
-/// The environment a run (or an evaluation) steps: see [`EnvConfig`].
-pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
+/// The environment a run (or an evaluation) steps: see [`EnvConfig`]. The
+/// embedded simulator renders on `renderer` when given (the placement's
+/// GPU), else on the CPU.
+pub fn make_env(
+    cfg: &EnvConfig,
+    renderer: Option<&std::sync::Arc<wmrl_sim::gpu::Gpu>>,
+) -> Result<Box<dyn wmrl_env::VecEnv>> {
     Ok(match cfg.backend {
         Backend::Bridge => Box::new(wmrl_bridge::BridgePool::connect(
             &cfg.endpoints,
@@ -171,7 +176,7 @@ pub fn make_env(cfg: &EnvConfig) -> Result<Box<dyn wmrl_env::VecEnv>> {
                 },
             )?)
         }
-        Backend::Sim => Box::new(wmrl_sim::make_vec_env(&cfg.sim, cfg.num_envs)?),
+        Backend::Sim => Box::new(wmrl_sim::make_vec_env(&cfg.sim, cfg.num_envs, renderer)?),
     })
 }
 

@@ -123,14 +123,11 @@ impl Placement {
 }
 
 impl Placement {
-    /// [`Placement::resolve`], then install its renderer for the process
-    /// and log its fallback line (a warning for `cuda`, information for
-    /// `auto`).
+    /// [`Placement::resolve`], then log its fallback line (a warning for
+    /// `cuda`, information for `auto`). Nothing is set for the process:
+    /// each part is passed to what runs there.
     pub fn select(choice: DeviceChoice) -> Self {
         let p = Self::resolve(choice);
-        if let Some(gpu) = &p.renderer {
-            wmrl_sim::gpu::install(gpu.clone());
-        }
         if let Some(line) = p.fallback_line() {
             match choice {
                 DeviceChoice::Cuda => tracing::warn!("{line}"),

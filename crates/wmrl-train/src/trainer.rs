@@ -128,10 +128,6 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
-fn make_env(cfg: &TrainConfig) -> Result<Box<dyn VecEnv>> {
-    crate::config::make_env(&cfg.env)
-}
-
 /// The policy `cfg.policy` names, as a learner: a MiniVLA directory (its
 /// config.json names both vision backbones) with fresh LoRA adapters
 /// (`[minivla]`), or the `tiny` policy with a frozen copy as the KL
@@ -448,7 +444,7 @@ impl RobotTrack {
             None
         };
         let world_model = load_world_model(&cfg, &model_path, placement)?;
-        let env = make_env(&cfg)?;
+        let env = crate::config::make_env(&cfg.env, placement.renderer.as_ref())?;
         let human = (cfg.labels.source == LabelSource::Human).then(|| {
             HumanLabels::new(
                 &files.dir,

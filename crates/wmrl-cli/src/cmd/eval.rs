@@ -135,7 +135,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let placement = wmrl_train::Placement::select(args.device);
     let policy = load_any_policy(&args, &placement)
         .with_context(|| format!("loading {}", args.policy.display()))?;
-    let mut env = make_env(&args)?;
+    let mut env = make_env(&args, &placement)?;
     let n_tasks = env.spec().tasks.len();
     let out = args.out.clone().unwrap_or_else(|| args.policy.join("eval"));
     let record = out.join(RECORD_FILE);
@@ -256,7 +256,10 @@ fn policy_id(dir: &Path) -> anyhow::Result<String> {
 }
 
 /// The environment evaluation runs in (see `--backend`).
-fn make_env(args: &Args) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
+fn make_env(
+    args: &Args,
+    placement: &wmrl_train::Placement,
+) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
     let n = args.num_envs.max(1);
     let mut cfg = wmrl_train::EnvConfig {
         backend: args.backend,
@@ -290,5 +293,5 @@ fn make_env(args: &Args) -> anyhow::Result<Box<dyn wmrl_env::VecEnv>> {
             }
         }
     }
-    Ok(wmrl_train::make_env(&cfg)?)
+    Ok(wmrl_train::make_env(&cfg, placement.renderer.as_ref())?)
 }

@@ -31,7 +31,7 @@ fn bind(args: &Args) -> anyhow::Result<Server<LocalVecEnv<TabletopEnv>>> {
     if let Some(m) = args.max_steps {
         cfg.max_steps = m;
     }
-    let env = make_vec_env(&cfg, args.envs)?;
+    let env = make_vec_env(&cfg, args.envs, None)?;
     let config = ServerConfig {
         name: "wmrl-serve-sim".into(),
         ..ServerConfig::default()
@@ -103,6 +103,7 @@ mod tests {
                 ..SimConfig::default()
             },
             1,
+            None,
         )
         .unwrap();
         local.reset(&[(0, req(3))]).unwrap();

@@ -17,6 +17,8 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use wmrl_env::Episode;
 
+use wmrl_run::DeviceChoice;
+
 use crate::checkpoint::{read_json, write_json};
 use crate::error::io_err;
 use crate::input::{observation_images, prepare_rows};
@@ -39,6 +41,11 @@ pub struct SftConfig {
     pub seed: u64,
     /// Train on failed demonstrations too.
     pub include_failures: bool,
+    /// Where the model trains (`wmrl sft --device`): `cpu` (the default,
+    /// left out of sft.json), `cuda` or `auto`. Where, not what: a run may
+    /// resume on another device.
+    #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
+    pub device: DeviceChoice,
 }
 
 impl Default for SftConfig {
@@ -56,6 +63,7 @@ impl Default for SftConfig {
             log_every: 50,
             seed: 0,
             include_failures: false,
+            device: DeviceChoice::Cpu,
         }
     }
 }
@@ -327,7 +335,8 @@ pub fn train_sft(
         // The same settings bar `steps` (which may grow), or the run is
         // refused naming the first difference.
         let recorded: SftConfig = read_json(&settings)?;
-        if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "sft", &["steps"]) {
+        let free = ["steps", "device"];
+        if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "sft", &free) {
             return Err(PolicyError::Config(format!(
                 "{}: an SFT run of other settings (recorded against now: {d}); resume it with \
                  its own settings or pick another --out",

@@ -970,3 +970,17 @@ fn the_episode_runner_gives_the_same_greedy_episodes_under_either_schedule() {
     assert!(rs.policy_batches <= ws.policy_batches);
     assert_eq!(ws.policy_rows, rs.policy_rows);
 }
+
+#[test]
+fn sft_settings_record_a_device_other_than_the_cpu() {
+    let cpu = serde_json::to_value(SftConfig::default()).expect("json");
+    assert!(cpu.get("device").is_none(), "the default stays out of sft.json");
+    let cuda = SftConfig {
+        device: wmrl_run::DeviceChoice::Cuda,
+        ..SftConfig::default()
+    };
+    let v = serde_json::to_value(&cuda).expect("json");
+    assert_eq!(v["device"], "cuda");
+    let back: SftConfig = serde_json::from_value(v).expect("read back");
+    assert_eq!(back, cuda);
+}

@@ -21,6 +21,7 @@
 pub mod bench;
 pub mod clock;
 pub mod config;
+pub mod device;
 pub mod journal;
 pub mod progress;
 pub mod records;
@@ -30,6 +31,7 @@ pub use config::{
     ConfigError, apply_set, differing_key, first_difference, first_difference_except, load,
     load_optional, parse, read_doc, value_at,
 };
+pub use device::DeviceChoice;
 pub use journal::{Opened, Resume, RunJournal, Saved};
 pub use progress::Progress;
 pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use wmrl_core::{Arm, CoreConfig};
 use wmrl_grpo::OptimConfig;
 use wmrl_policy::GrpoConfig;
+use wmrl_run::DeviceChoice;
 use wmrl_sim::SimConfig;
 use wmrl_worldmodel::{FineTuneConfig, ScoreMode, WorldModelConfig};
 
@@ -525,12 +526,8 @@ pub struct TrainConfig {
     /// Where the models run (`--device`): `cpu` (written only when not),
     /// `cuda` or `auto`. Where, not what: a bench resumes a run under
     /// another device.
-    #[serde(skip_serializing_if = "is_cpu")]
-    pub device: crate::DeviceChoice,
-}
-
-fn is_cpu(d: &crate::DeviceChoice) -> bool {
-    *d == crate::DeviceChoice::Cpu
+    #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
+    pub device: DeviceChoice,
 }
 
 /// `[minivla]`: LoRA adapters on MiniVLA's language model and the update's
@@ -574,7 +571,7 @@ impl Default for TrainConfig {
             eval: EvalSection::default(),
             labels: LabelsSection::default(),
             minivla: None,
-            device: crate::DeviceChoice::Cpu,
+            device: DeviceChoice::Cpu,
         }
     }
 }

@@ -8,45 +8,9 @@
 //! the batched GPU rasteriser (`wmrl_sim::gpu`, kernels/raster.cu) when a
 //! driver and NVRTC are there.
 
-use serde::{Deserialize, Serialize};
 use wmrl_policy::candle::Device;
+use wmrl_run::DeviceChoice;
 use wmrl_worldmodel::ExecutionProvider;
-
-/// The `--device` choice (a config's `device = "cpu" | "cuda" | "auto"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceChoice {
-    /// Everything on the CPU (the default; what the tests run).
-    #[default]
-    Cpu,
-    /// The GPU where each part can use it; a part that cannot falls back to
-    /// the CPU with a warning.
-    Cuda,
-    /// Like `cuda`, but the fallback is expected and logged as information.
-    Auto,
-}
-
-impl std::str::FromStr for DeviceChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cpu" => Ok(Self::Cpu),
-            "cuda" => Ok(Self::Cuda),
-            "auto" => Ok(Self::Auto),
-            _ => Err(format!("unknown device `{s}`: expected cpu, cuda or auto")),
-        }
-    }
-}
-
-impl std::fmt::Display for DeviceChoice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Cpu => "cpu",
-            Self::Cuda => "cuda",
-            Self::Auto => "auto",
-        })
-    }
-}
 
 /// Where each part runs.
 #[derive(Debug, Clone)]
@@ -57,9 +21,7 @@ pub struct Placement {
     /// ONNX Runtime provider of the world model.
     pub world_model: ExecutionProvider,
     /// The GPU the in-process simulator renders with (`wmrl_sim::gpu`),
-    /// installed for the process by [`Placement::select`] (a renderer is a
-    /// process resource: every simulator the process builds afterwards
-    /// fills its pixels there).
+    /// passed to the environments the run builds (`make_env`).
     pub renderer: Option<std::sync::Arc<wmrl_sim::gpu::Gpu>>,
     /// The parts that asked for the GPU and stayed on the CPU, with why
     /// (empty for `cpu` or when everything is on the GPU).

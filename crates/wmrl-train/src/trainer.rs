@@ -256,7 +256,7 @@ impl Trainer {
     /// [`Trainer::resume`] on `device` instead of the recorded one (where
     /// the models run, not what the run computes: config.toml keeps its
     /// record).
-    pub fn resume_on(dir: &Path, device: Option<crate::DeviceChoice>) -> Result<Self> {
+    pub fn resume_on(dir: &Path, device: Option<wmrl_run::DeviceChoice>) -> Result<Self> {
         let files = RunDir::new(dir);
         let mut cfg = TrainConfig::load(&files.config_toml())?;
         if let Some(d) = device {
@@ -950,7 +950,7 @@ fn evaluate_split(run: &mut Run<RobotTrack>, split: EvalSplit) -> Result<(RateSu
 pub fn export_policy(
     dir: &Path,
     out: &Path,
-    device: crate::DeviceChoice,
+    device: wmrl_run::DeviceChoice,
 ) -> Result<(&'static str, usize)> {
     let files = RunDir {
         dir: dir.to_path_buf(),

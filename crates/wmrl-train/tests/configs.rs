@@ -150,10 +150,10 @@ fn the_label_source_is_absent_by_default_and_old_configs_compare_equal() {
 #[test]
 fn the_device_is_recorded_when_not_the_cpu_and_refused_when_unknown() {
     let cpu = TrainConfig::from_toml("", "t.toml").expect("default");
-    assert_eq!(cpu.device, wmrl_train::DeviceChoice::Cpu);
+    assert_eq!(cpu.device, wmrl_run::DeviceChoice::Cpu);
     assert!(!cpu.to_toml().expect("toml").contains("device"));
     let cuda = TrainConfig::from_toml("device = \"cuda\"\n", "t.toml").expect("cuda");
-    assert_eq!(cuda.device, wmrl_train::DeviceChoice::Cuda);
+    assert_eq!(cuda.device, wmrl_run::DeviceChoice::Cuda);
     let back = TrainConfig::from_toml(&cuda.to_toml().expect("toml"), "t.toml").expect("back");
     assert_eq!(back, cuda);
     let err = TrainConfig::from_toml("device = \"gpu\"\n", "t.toml").expect_err("unknown");

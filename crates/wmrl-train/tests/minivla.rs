@@ -111,7 +111,7 @@ fn a_minivla_run_trains_its_adapters_and_resumes_to_the_same_step() {
     drop(t);
     let merged = tmp.path().join("merged");
     let (kind, step) =
-        wmrl_train::export_policy(&whole, &merged, wmrl_train::DeviceChoice::Cpu).expect("export");
+        wmrl_train::export_policy(&whole, &merged, wmrl_run::DeviceChoice::Cpu).expect("export");
     assert_eq!((kind, step), ("minivla", 2));
     let adapted = Trainer::resume(&whole).expect("resume");
     let back = wmrl_minivla::MiniVlaPolicy::load(
@@ -152,8 +152,8 @@ fn a_minivla_run_trains_its_adapters_and_resumes_to_the_same_step() {
             }
         }
     }
-    let err = wmrl_train::export_policy(&whole, &merged, wmrl_train::DeviceChoice::Cpu)
-        .expect_err("taken");
+    let err =
+        wmrl_train::export_policy(&whole, &merged, wmrl_run::DeviceChoice::Cpu).expect_err("taken");
     assert!(err.to_string().contains("not empty"), "{err}");
 
     // Stop after the first step's checkpoint, resume: the same next step.

@@ -87,7 +87,14 @@ fn backwards_model(dir: &Path) -> PathBuf {
         seed: 1,
         ..Default::default()
     };
-    let backwards = train::train(&eps, &[], &cfg, &mut |_, _| {}).unwrap();
+    let backwards = train::train(
+        &eps,
+        &[],
+        &cfg,
+        &wmrl_policy::candle::Device::Cpu,
+        &mut |_, _| {},
+    )
+    .unwrap();
     let out = dir.join("incumbent");
     train::save(&out, &backwards, &SplitRecord::default()).unwrap();
     let onnx = out.join(train::ONNX_FILE);

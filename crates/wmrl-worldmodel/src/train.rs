@@ -7,6 +7,7 @@
 //! sub-samples at inference. Everything is seeded.
 
 use std::path::{Path, PathBuf};
+use wmrl_run::DeviceChoice;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW, VarBuilder, VarMap};
@@ -44,6 +45,10 @@ pub struct TrainConfig {
     pub success_weight: f64,
     pub eval_every: usize,
     pub seed: u64,
+    /// Where the network trains (`wmrl wm train --device`): `cpu` (the
+    /// default, left out of train_config.json), `cuda` or `auto`.
+    #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
+    pub device: DeviceChoice,
 }
 
 impl Default for TrainConfig {
@@ -62,6 +67,7 @@ impl Default for TrainConfig {
             success_weight: 1.0,
             eval_every: 250,
             seed: 0,
+            device: DeviceChoice::Cpu,
         }
     }
 }
@@ -284,11 +290,14 @@ pub fn evaluate(
     Ok((tot / n.max(1) as f32, mae / n.max(1) as f32))
 }
 
-/// Train from scratch. `on_record` sees every evaluation record.
+/// Train from scratch on `device` (the one `cfg.device` resolves to; the
+/// caller places it, as candle passes a `&Device`). `on_step` sees every
+/// step's loss.
 pub fn train(
     train_eps: &[EpisodeData],
     val_eps: &[EpisodeData],
     cfg: &TrainConfig,
+    device: &Device,
     on_step: &mut dyn FnMut(usize, f32),
 ) -> Result<Trained> {
     let first = train_eps
@@ -300,8 +309,7 @@ pub fn train(
         .net
         .clone()
         .with_frame_size(first.height as usize, first.width as usize);
-    let device = Device::Cpu;
-    let (net, varmap) = ProgressNet::init(cfg.net.clone(), &device, cfg.seed)?;
+    let (net, varmap) = ProgressNet::init(cfg.net.clone(), device, cfg.seed)?;
     let mut opt = AdamW::new(
         varmap.all_vars(),
         ParamsAdamW {
@@ -326,7 +334,7 @@ pub fn train(
                 (e, end)
             })
             .collect();
-        let batch = make_batch(train_eps, &choices, &cfg.net, &device)?;
+        let batch = make_batch(train_eps, &choices, &cfg.net, device)?;
         let l = loss(&net, &batch, cfg.success_weight)?;
         opt.backward_step(&l)?;
         let lv = l.to_scalar::<f32>()?;
@@ -340,7 +348,7 @@ pub fn train(
             let (val_loss, val_mae) = if val_eps.is_empty() {
                 (None, None)
             } else {
-                let (a, b) = evaluate(&net, val_eps, cfg.success_weight, &device)?;
+                let (a, b) = evaluate(&net, val_eps, cfg.success_weight, device)?;
                 (Some(a), Some(b))
             };
             tracing::info!(

@@ -24,7 +24,7 @@ fn learns_progress_on_synthetic_episodes() {
     };
     let (tr, va) = train::split(eps, 0.25, cfg.seed);
     assert_eq!(va.len(), 6);
-    let trained = train::train(&tr, &va, &cfg, &mut |_, _| {}).unwrap();
+    let trained = train::train(&tr, &va, &cfg, &candle_core::Device::Cpu, &mut |_, _| {}).unwrap();
     let h = &trained.history;
     let (first, last) = (h[0].val_loss.unwrap(), h.last().unwrap().val_loss.unwrap());
     assert!(
@@ -60,7 +60,7 @@ fn save_and_load_round_trip() {
         batch_size: 2,
         ..Default::default()
     };
-    let trained = train::train(&eps, &[], &cfg, &mut |_, _| {}).unwrap();
+    let trained = train::train(&eps, &[], &cfg, &candle_core::Device::Cpu, &mut |_, _| {}).unwrap();
     let dir = tempfile::tempdir().unwrap();
     train::save(dir.path(), &trained, &train::SplitRecord::default()).unwrap();
     let (net, _, cfg2) = train::load(dir.path()).unwrap();

@@ -69,7 +69,7 @@ pub struct Args {
     pub title: String,
     /// `--device` of every run (`cpu`, `cuda`, `auto`; see `wmrl train`).
     #[arg(long, default_value = "cpu")]
-    pub device: wmrl_train::DeviceChoice,
+    pub device: wmrl_run::DeviceChoice,
 }
 
 /// The config of one bench run, resolved once here: the file with the

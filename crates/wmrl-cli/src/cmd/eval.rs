@@ -92,7 +92,7 @@ pub struct Args {
     /// it; one warning names each part that stays on the CPU and why) or
     /// `auto` (the same, the fallback logged as information).
     #[arg(long, default_value = "cpu")]
-    pub device: wmrl_train::DeviceChoice,
+    pub device: wmrl_run::DeviceChoice,
     /// Also write every episode in the episode format (docs/episodes.md)
     /// to this directory: `wmrl sft --demos DIR --init POLICY` then
     /// fine-tunes on the policy's own successful episodes.

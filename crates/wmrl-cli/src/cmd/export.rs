@@ -18,7 +18,7 @@ pub struct Args {
     pub out: PathBuf,
     /// Where the policy runs while it is merged: `cpu`, `cuda` or `auto`.
     #[arg(long, default_value = "cpu")]
-    pub device: wmrl_train::DeviceChoice,
+    pub device: wmrl_run::DeviceChoice,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -65,12 +65,21 @@ pub struct Args {
     /// --steps, --batch-size, --lr, --seed, --resume apply.
     #[arg(long, value_name = "PRESET", conflicts_with_all = ["preset", "init", "check"])]
     pub minivla: Option<String>,
+    /// Where the model trains: cpu, cuda (candle's CUDA backend, a build
+    /// with `--features cuda`; the CPU with a warning otherwise) or auto.
+    /// Recorded as `[sft] device` (sft.json); overrides the config's.
+    #[arg(long)]
+    pub device: Option<wmrl_run::DeviceChoice>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let mut rc = RunConfig::load_with(args.config.as_deref(), args.preset.as_deref(), &args.set)?;
+    if let Some(d) = args.device {
+        rc.sft.device = d;
+    }
+    let device = wmrl_train::Placement::select(rc.sft.device).policy;
     if args.check {
-        return check(rc);
+        return check(rc, &device);
     }
     let demos = args.demos.context("--demos is required")?;
     let out = args.out.context("--out is required")?;
@@ -89,14 +98,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let resume = args.resume && wmrl_policy::can_resume(&out);
     if let Some(preset) = &args.minivla {
-        let (report, params) =
-            minivla_sft(preset, &demos, &out, &rc.sft, resume, args.max_episodes)?;
+        let (report, params) = minivla_sft(
+            preset,
+            &demos,
+            &out,
+            &rc.sft,
+            resume,
+            args.max_episodes,
+            &device,
+        )?;
         return write_report(&demos, &out, &rc.sft, &report, params);
     }
     let init = match &args.init {
-        Some(p) if !resume => {
-            Some(Policy::load(p).with_context(|| format!("loading --init {}", p.display()))?)
-        }
+        Some(p) if !resume => Some(
+            Policy::load_on(p, &device, DType::F32)
+                .with_context(|| format!("loading --init {}", p.display()))?,
+        ),
         _ => None,
     };
     if resume {
@@ -135,7 +152,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let policy = match init {
         Some(p) => p,
-        None => Policy::new(rc.policy.clone(), &Device::Cpu, DType::F32)?,
+        None => Policy::new(rc.policy.clone(), &device, DType::F32)?,
     };
     tracing::info!(preset = %rc.policy.preset, params = policy.n_params(), "policy");
     let report = wmrl_policy::train_sft(
@@ -185,6 +202,7 @@ fn minivla_sft(
     sft: &SftConfig,
     resume: bool,
     max_episodes: Option<usize>,
+    device: &Device,
 ) -> anyhow::Result<(SftReport, usize)> {
     let episodes = wmrl_env::list_episodes(demos)?;
     if !resume {
@@ -206,7 +224,7 @@ fn minivla_sft(
         wmrl_minivla::stand_in::write_stand_in(out, &cfg, sft.seed, DType::F32, &words)
             .with_context(|| format!("writing a fresh MiniVLA into {}", out.display()))?;
     }
-    let mut model = MiniVlaSft::load(out, &Device::Cpu)?;
+    let mut model = MiniVlaSft::load(out, device)?;
     for p in &episodes {
         if max_episodes.is_some_and(|m| model.n_episodes() >= m) {
             break;
@@ -229,10 +247,10 @@ fn minivla_sft(
     Ok((report, params))
 }
 
-fn check(rc: RunConfig) -> anyhow::Result<()> {
+fn check(rc: RunConfig, device: &Device) -> anyhow::Result<()> {
     let cfg = rc.policy;
     let t0 = Instant::now();
-    let policy = Policy::new(cfg.clone(), &Device::Cpu, DType::F32)?;
+    let policy = Policy::new(cfg.clone(), device, DType::F32)?;
     let build = t0.elapsed().as_secs_f64();
     let frame = wmrl_env::Frame::blank(128, 128);
     let input = PolicyInput {

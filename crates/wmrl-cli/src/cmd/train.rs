@@ -47,7 +47,7 @@ pub struct Args {
     /// the run's `device`; without it a run uses its config's (default
     /// `cpu`), a resumed run the one it recorded.
     #[arg(long)]
-    pub device: Option<wmrl_train::DeviceChoice>,
+    pub device: Option<wmrl_run::DeviceChoice>,
 }
 
 /// The override flags `wmrl train` and `wmrl bench` share, applied over a

@@ -56,6 +56,11 @@ pub struct TrainArgs {
     pub seed: Option<u64>,
     #[arg(long)]
     pub val_fraction: Option<f64>,
+    /// Where the network trains: cpu, cuda (candle's CUDA backend, a build
+    /// with `--features cuda`; the CPU with a warning otherwise) or auto.
+    /// Recorded as `device` in train_config.json; overrides the config's.
+    #[arg(long)]
+    pub device: Option<wmrl_run::DeviceChoice>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -142,6 +147,10 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(v) = a.val_fraction {
         cfg.val_fraction = v;
     }
+    if let Some(d) = a.device {
+        cfg.device = d;
+    }
+    let device = wmrl_train::Placement::select(cfg.device).policy;
     let t0 = Instant::now();
     let eps = train::load_dir(&a.rollouts, &cfg)?;
     let n_success = eps.iter().filter(|e| e.success).count();
@@ -154,7 +163,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     let (tr, va) = train::split(eps, cfg.val_fraction, cfg.seed);
     let t1 = Instant::now();
     let bar = wmrl_run::Progress::new("world model", cfg.steps as u64, "steps", true);
-    let trained = train::train(&tr, &va, &cfg, &mut |step, loss| {
+    let trained = train::train(&tr, &va, &cfg, &device, &mut |step, loss| {
         bar.set_position(step as u64);
         bar.set_message(format!("loss {loss:.4}"));
     })?;

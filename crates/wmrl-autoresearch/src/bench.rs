@@ -266,14 +266,25 @@ mod tests {
     }
 }
 
-/// Settings of the full benchmark.
+/// Settings of the full benchmark (configs/autoresearch_bench.toml holds the
+/// defaults; recorded as the bench's bench_config.json).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct BenchConfig {
     pub seeds: u64,
     /// Random solutions executed per competition for the predictor's data.
     pub per_competition: usize,
     pub train: crate::train::TrainConfig,
     pub predictor: crate::predictor::PredictorConfig,
+}
+
+impl BenchConfig {
+    /// The settings in `path` (TOML with `extends`, or a bench's recorded
+    /// bench_config.json), with `sets` (`section.key=value`) applied,
+    /// unknown keys refused; no file: the defaults with `sets` applied.
+    pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
+        wmrl_run::load_optional(path, sets).map_err(|e| Error::Config(e.to_string()))
+    }
 }
 
 impl Default for BenchConfig {
@@ -682,4 +693,36 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
         write_json(path, cfg)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_bench_config_is_the_defaults_and_unknown_keys_are_refused() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let shipped = root.join("configs/autoresearch_bench.toml");
+        assert_eq!(
+            BenchConfig::load(Some(&shipped), &[]).expect("shipped"),
+            BenchConfig::default()
+        );
+        let c = BenchConfig::load(Some(&shipped), &["train.steps=8".into(), "seeds=5".into()])
+            .expect("sets");
+        assert_eq!((c.train.steps, c.seeds), (8, 5));
+        for bad in ["predictor.hiden=3", "seedz=1"] {
+            let e = BenchConfig::load(Some(&shipped), &[bad.into()]).expect_err("unknown");
+            assert!(e.to_string().contains(&bad[..bad.len() - 2]), "{e}");
+        }
+        // Every committed bench's record reads back as strictly.
+        for b in [
+            "autoresearch_bench",
+            "autoresearch_bench_a25",
+            "autoresearch_bench_refit4",
+            "autoresearch_bench_refit4_gated",
+        ] {
+            let p = root.join("results").join(b).join("bench_config.json");
+            BenchConfig::load(Some(&p), &[]).unwrap_or_else(|e| panic!("{b}: {e}"));
+        }
+    }
 }

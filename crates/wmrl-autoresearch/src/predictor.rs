@@ -71,7 +71,7 @@ pub fn input(meta: &[f32], s: &Solution) -> Vec<f32> {
 
 /// Training settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct PredictorConfig {
     pub hidden: usize,
     pub lr: f64,

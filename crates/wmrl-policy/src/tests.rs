@@ -974,7 +974,10 @@ fn the_episode_runner_gives_the_same_greedy_episodes_under_either_schedule() {
 #[test]
 fn sft_settings_record_a_device_other_than_the_cpu() {
     let cpu = serde_json::to_value(SftConfig::default()).expect("json");
-    assert!(cpu.get("device").is_none(), "the default stays out of sft.json");
+    assert!(
+        cpu.get("device").is_none(),
+        "the default stays out of sft.json"
+    );
     let cuda = SftConfig {
         device: wmrl_run::DeviceChoice::Cuda,
         ..SftConfig::default()

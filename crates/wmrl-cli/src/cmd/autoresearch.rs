@@ -201,10 +201,22 @@ pub enum Sub {
     /// score per arm with 95% intervals against sandbox CPU-seconds and
     /// writes a PNG.
     Bench {
-        #[arg(long, default_value_t = 3)]
-        seeds: u64,
-        #[arg(long, default_value_t = 24)]
-        per_competition: usize,
+        /// Bench config (TOML: configs/autoresearch_bench.toml holds the
+        /// defaults; `extends` and unknown keys refused), or a bench's
+        /// recorded bench_config.json. The flags below apply over it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Override any config key: `--set train.steps=8` (repeatable; the
+        /// value is TOML).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Seeds per arm [config default: 3]
+        #[arg(long)]
+        seeds: Option<u64>,
+        /// Random solutions executed per competition for the predictor's
+        /// data [config default: 24]
+        #[arg(long)]
+        per_competition: Option<usize>,
         #[arg(long)]
         steps: Option<usize>,
         /// Fraction of each step's groups the `wmrl` arm executes in the
@@ -213,14 +225,16 @@ pub enum Sub {
         anchor_fraction: Option<wmrl_core::AnchorFraction>,
         /// Beyond the paper: the `wm` and `wmrl` arms refit the predictor on
         /// its data plus the run's anchor executions every N steps (0: never)
-        #[arg(long, default_value_t = 0)]
-        refit_predictor_every: usize,
+        /// [config default: 0]
+        #[arg(long)]
+        refit_predictor_every: Option<usize>,
         /// Where the learning curve is drawn: `train` (the training
         /// competitions; the held-out ones are read only at the start and
         /// the end) or `heldout` (at every evaluation, as the benches
         /// committed before 2026-12-04 did: give it to resume them)
-        #[arg(long, default_value = "train")]
-        curve_on: wmrl_autoresearch::train::CurveOn,
+        /// [config default: train]
+        #[arg(long)]
+        curve_on: Option<wmrl_autoresearch::train::CurveOn>,
         #[arg(long, default_value = "runs/autoresearch/bench")]
         out: PathBuf,
         #[command(flatten)]
@@ -349,6 +363,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             train_one(&cfg, arm, seed, &predictor, &out, &common)?;
         }
         Sub::Bench {
+            config,
+            set,
             seeds,
             per_competition,
             steps,
@@ -357,15 +373,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             curve_on,
             out,
             common,
-        } => bench(
-            seeds,
-            per_competition,
-            steps,
-            anchor_fraction,
-            (refit_predictor_every, curve_on),
-            &out,
-            &common,
-        )?,
+        } => {
+            let mut cfg = BenchConfig::load(config.as_deref(), &set)?;
+            if let Some(n) = seeds {
+                cfg.seeds = n;
+            }
+            if let Some(n) = per_competition {
+                cfg.per_competition = n;
+            }
+            if let Some(n) = steps {
+                cfg.train.steps = n;
+            }
+            if let Some(f) = anchor_fraction {
+                cfg.train.core.anchors.fraction = f;
+            }
+            if let Some(n) = refit_predictor_every {
+                cfg.train.refit_predictor_every = n;
+            }
+            if let Some(c) = curve_on {
+                cfg.train.curve_on = c;
+            }
+            bench(&cfg, &out, &common)?
+        }
         Sub::ServeRewards {
             bind,
             arm,
@@ -560,32 +589,11 @@ fn serve_rewards(
     Ok(())
 }
 
-fn bench(
-    seeds: u64,
-    per_competition: usize,
-    steps: Option<usize>,
-    anchor_fraction: Option<wmrl_core::AnchorFraction>,
-    (refit_predictor_every, curve_on): (usize, wmrl_autoresearch::train::CurveOn),
-    out: &Path,
-    common: &Common,
-) -> anyhow::Result<()> {
-    let mut cfg = BenchConfig {
-        seeds,
-        per_competition,
-        ..Default::default()
-    };
-    if let Some(n) = steps {
-        cfg.train.steps = n;
-    }
-    if let Some(f) = anchor_fraction {
-        cfg.train.core.anchors.fraction = f;
-    }
-    cfg.train.refit_predictor_every = refit_predictor_every;
-    cfg.train.curve_on = curve_on;
+fn bench(cfg: &BenchConfig, out: &Path, common: &Common) -> anyhow::Result<()> {
     let s = suite(common)?;
     let work = common.work_root("bench")?;
-    let res = run_bench(&cfg, &s, &executor(common, &work)?, out).map_err(|e| {
-        let hint = if e.to_string().contains("train.curve_on: (absent) then") {
+    let res = run_bench(cfg, &s, &executor(common, &work)?, out).map_err(|e| {
+        let hint = if e.to_string().contains("train.curve_on: absent against") {
             " (a bench started before 2026-12-04 drew its curve on the held-out competitions: `--curve-on heldout` resumes it)"
         } else {
             ""

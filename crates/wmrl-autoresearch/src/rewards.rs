@@ -88,8 +88,10 @@ pub struct RewardReply {
     pub requests: u64,
 }
 
-/// The service's settings.
+/// The service's settings (configs/autoresearch_rewards.toml holds the
+/// defaults; `wmrl autoresearch serve-rewards --config`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct RewardConfig {
     /// `real` executes every group, `wm` none, `wmrl` the fraction
     /// `core.anchors.fraction` of all groups seen, kept over the stream of
@@ -100,6 +102,31 @@ pub struct RewardConfig {
     pub arm: Arm,
     pub seed: u64,
     pub core: CoreConfig,
+}
+
+impl Default for RewardConfig {
+    /// `wmrl` at a quarter of the groups executed, seed 0, the track's
+    /// small-scale core settings.
+    fn default() -> Self {
+        let mut core = crate::train::small_scale_core();
+        // 0.25 is in (0, 1]: the fallback is never taken.
+        core.anchors.fraction =
+            wmrl_core::AnchorFraction::new(0.25).unwrap_or(wmrl_core::AnchorFraction::ALL);
+        Self {
+            arm: Arm::Wmrl,
+            seed: 0,
+            core,
+        }
+    }
+}
+
+impl RewardConfig {
+    /// The settings in `path` (TOML with `extends`), with `sets`
+    /// (`section.key=value`) applied, unknown keys refused; no file: the
+    /// defaults with `sets` applied.
+    pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
+        wmrl_run::load_optional(path, sets).map_err(|e| Error::Config(e.to_string()))
+    }
 }
 
 /// The world model a calibration was fitted to: a calibration maps one

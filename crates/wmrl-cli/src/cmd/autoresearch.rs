@@ -149,18 +149,28 @@ pub enum Sub {
         /// is printed as `listening on http://HOST:PORT`).
         #[arg(long, default_value = "127.0.0.1:8799")]
         bind: String,
-        /// real (execute every group), wm (world model only) or wmrl.
-        #[arg(long, default_value = "wmrl", value_parser = super::ar_arm_parser())]
-        arm: Arm,
+        /// The service's settings (TOML: configs/autoresearch_rewards.toml
+        /// holds the defaults: arm, seed, [core]; `extends` and unknown keys
+        /// refused). The flags below apply over it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Override any config key: `--set core.anchors.fraction=0.5`
+        /// (repeatable; the value is TOML).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// real (execute every group), wm (world model only) or wmrl
+        /// [config default: wmrl].
+        #[arg(long, value_parser = super::ar_arm_parser())]
+        arm: Option<Arm>,
         /// Fraction of all groups executed in the sandbox (wmrl), in (0, 1],
-        /// kept over the stream of requests.
-        #[arg(long, default_value = "0.25")]
-        anchor_fraction: wmrl_core::AnchorFraction,
+        /// kept over the stream of requests [config default: 0.25].
+        #[arg(long)]
+        anchor_fraction: Option<wmrl_core::AnchorFraction>,
         /// Code predictor ONNX file (`fit-predictor --code`); wm and wmrl.
         #[arg(long, default_value = "runs/autoresearch/code_predictor.onnx")]
         predictor: PathBuf,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[arg(long)]
+        seed: Option<u64>,
         /// The loop's state, loaded on start if present and written after
         /// every request; locked (`<state>.lock`) while the service runs.
         #[arg(long, default_value = "runs/autoresearch/rewards_state.json")]
@@ -397,6 +407,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         Sub::ServeRewards {
             bind,
+            config,
+            set,
             arm,
             anchor_fraction,
             predictor,
@@ -405,19 +417,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_requests,
             common,
         } => {
-            let cfg = RewardConfig {
-                arm,
-                seed,
-                core: {
-                    let mut core = wmrl_autoresearch::train::small_scale_core();
-                    core.anchors.fraction = anchor_fraction;
-                    core
-                },
-            };
+            let cfg = reward_config(config.as_deref(), &set, arm, anchor_fraction, seed)?;
             serve_rewards(&bind, cfg, &predictor, &state, max_requests, &common)?;
         }
     }
     Ok(())
+}
+
+/// The reward service's settings: the file (or the defaults) with `sets`
+/// applied, then the flags given.
+fn reward_config(
+    file: Option<&Path>,
+    sets: &[String],
+    arm: Option<Arm>,
+    anchor_fraction: Option<wmrl_core::AnchorFraction>,
+    seed: Option<u64>,
+) -> anyhow::Result<RewardConfig> {
+    let mut cfg = RewardConfig::load(file, sets)?;
+    if let Some(a) = arm {
+        cfg.arm = a;
+    }
+    if let Some(f) = anchor_fraction {
+        cfg.core.anchors.fraction = f;
+    }
+    if let Some(s) = seed {
+        cfg.seed = s;
+    }
+    Ok(cfg)
 }
 
 /// `autoresearch run`: one solution in the sandbox, its outcome printed.
@@ -637,7 +663,7 @@ mod tests {
         else {
             panic!("parsed another subcommand");
         };
-        assert!(anchor_fraction.is_all());
+        assert!(anchor_fraction.is_some_and(wmrl_core::AnchorFraction::is_all));
     }
 
     #[test]
@@ -662,10 +688,28 @@ mod tests {
             let Sub::ServeRewards { arm: served, .. } = cli.sub else {
                 panic!("parsed another subcommand");
             };
-            assert_eq!(served, arm);
+            assert_eq!(served, Some(arm));
         }
+        // No flag: the config's arm (the shipped defaults: wmrl).
         let cli = Cli::try_parse_from(["wmrl", "serve-rewards"]).unwrap();
-        assert!(matches!(cli.sub, Sub::ServeRewards { arm: Arm::Wmrl, .. }));
+        assert!(matches!(cli.sub, Sub::ServeRewards { arm: None, .. }));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let shipped = root.join("configs/autoresearch_rewards.toml");
+        let cfg = reward_config(Some(&shipped), &[], None, None, None).unwrap();
+        assert_eq!(cfg, RewardConfig::default());
+        assert_eq!(cfg.arm, Arm::Wmrl);
+        assert_eq!(cfg.core.anchors.fraction.get(), 0.25);
+        // Flags over sets over the file; unknown keys refused.
+        let sets = [
+            "seed=4".to_string(),
+            "core.anchors.fraction=0.5".to_string(),
+        ];
+        let cfg = reward_config(Some(&shipped), &sets, Some(Arm::Sparse), None, Some(7)).unwrap();
+        assert_eq!((cfg.arm, cfg.seed), (Arm::Sparse, 7));
+        assert_eq!(cfg.core.anchors.fraction.get(), 0.5);
+        let e = reward_config(Some(&shipped), &["core.anchorz=1".into()], None, None, None)
+            .unwrap_err();
+        assert!(e.to_string().contains("anchorz"), "{e}");
         // The core's names for the other two are not the track's.
         for bad in ["sparse", "dense_raw", "mix", "Real"] {
             let err = train_arm(&["--arm", bad]).unwrap_err();

@@ -1,7 +1,8 @@
 //! docs/architecture.md describes the workspace as built: every workspace
 //! crate (each `crates/*`, `kernels`, `tests`, `examples`) has a row in its
-//! layout table, and the page's code fences are closed (an unclosed fence
-//! once rendered most of the page as one code block).
+//! layout table, each row names the crate's wmrl dependencies (from its
+//! Cargo.toml) and sits below them, and the page's code fences are closed
+//! (an unclosed fence once rendered most of the page as one code block).
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -25,6 +26,47 @@ fn architecture_md_names_every_workspace_crate_and_renders() {
             table.iter().any(|row| row.starts_with(&format!("| {c}"))),
             "docs/architecture.md's layout table has no row for {c}"
         );
+    }
+    // Each row's last column names the crate's wmrl dependencies, and the
+    // table is in dependency order: a crate's row below its dependencies'.
+    let row_of = |c: &str| {
+        table
+            .iter()
+            .position(|row| row.starts_with(&format!("| {c}")))
+            .unwrap()
+    };
+    let dir_of = |c: &str| root.join(c.trim_matches('`').trim_end_matches('/'));
+    for c in &crates {
+        let toml = std::fs::read_to_string(dir_of(c).join("Cargo.toml")).unwrap();
+        let deps = toml
+            .split("[dependencies]")
+            .nth(1)
+            .map(|d| d.split("\n[").next().unwrap_or(""))
+            .unwrap_or("");
+        let row = table[row_of(c)];
+        let named = row.trim_end_matches('|').rsplit('|').next().unwrap();
+        for dep in deps
+            .lines()
+            .filter_map(|l| l.split(['.', ' ', '=']).next())
+            .filter(|d| d.starts_with("wmrl-"))
+        {
+            let short = dep.trim_start_matches("wmrl-");
+            assert!(
+                named.contains("all of the above")
+                    || named.contains(dep)
+                    || named.split([',', ' ', ';']).any(|w| w == short),
+                "docs/architecture.md: the row of {c} does not name its dependency {dep}"
+            );
+            let at = if dep == "wmrl-kernels" {
+                "`kernels/`".to_string()
+            } else {
+                format!("`crates/{dep}`")
+            };
+            assert!(
+                row_of(&at) < row_of(c),
+                "docs/architecture.md: {c} is above its dependency {dep}"
+            );
+        }
     }
     let fences = doc
         .lines()

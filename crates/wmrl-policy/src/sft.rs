@@ -7,7 +7,7 @@
 //! `tiny` policy on an [`SftDataset`] ([`PolicySft`]), or a whole MiniVLA
 //! (wmrl-minivla's `MiniVlaSft`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 use wmrl_grpo::OptimConfig;
 
@@ -329,7 +329,7 @@ pub fn train_sft(
     }
     let mut opt = PolicyOptimizer::over(&model.vars(), cfg.optim.clone(), &[])?;
     let mut start = 0;
-    let metrics_path: PathBuf = out.join("metrics.jsonl");
+    let metrics_path = wmrl_run::RunDir::new(out).metrics();
     let settings = out.join("sft.json");
     if resume && can_resume(out) {
         // The same settings bar `steps` (which may grow), or the run is

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use wmrl_core::Arm;
 
@@ -83,8 +83,8 @@ impl BenchArm {
 /// The directory of the bench's one evaluation of the shared start (a
 /// zero-step run): every arm and seed starts from that policy and is
 /// evaluated on the same episodes, so it is evaluated once.
-pub fn start_dir(bench: &Path) -> PathBuf {
-    bench.join("start")
+pub fn start_dir(bench: &Path) -> RunDir {
+    RunDir::new(bench.join("start"))
 }
 
 /// Paired differences `a - b` over the seeds both finished (held-out
@@ -233,9 +233,9 @@ pub fn write_report(
             bench.display()
         )));
     }
-    let start = read_summary(&start_dir(bench)).ok();
+    let start = read_summary(&start_dir(bench).dir).ok();
     let start_evals: Vec<EvalRecord> =
-        wmrl_run::read_all(&start_dir(bench).join("eval.jsonl")).unwrap_or_default();
+        wmrl_run::read_all(&start_dir(bench).eval()).unwrap_or_default();
     let table = success_table(&results, start.as_ref());
     write_curves(bench, &results, seeds, &start_evals)?;
     let states = states_line(&results);

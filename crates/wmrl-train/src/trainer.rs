@@ -972,7 +972,8 @@ pub fn export_policy(
 
 /// Read a finished run's summary.
 pub fn read_summary(dir: &Path) -> Result<RunSummary> {
-    let p: PathBuf = dir.join("summary.json");
+    let run = RunDir::new(dir);
+    let p = run.summary();
     let text = std::fs::read_to_string(&p).map_err(io_err(&p))?;
     let mut summary: RunSummary = serde_json::from_str(&text).map_err(|e| TrainError::RunDir {
         path: p.display().to_string(),
@@ -981,7 +982,7 @@ pub fn read_summary(dir: &Path) -> Result<RunSummary> {
     // Summaries written before the concordance existed: recompute it from
     // the run's anchor pairs when they can be read (it stays absent if not).
     if summary.diagnostics.concordance.is_none() {
-        let d = std::fs::read_to_string(dir.join("diagnostics.json"))
+        let d = std::fs::read_to_string(run.diagnostics())
             .ok()
             .and_then(|t| serde_json::from_str::<wmrl_core::Diagnostics>(&t).ok());
         if let Some(d) = d {

@@ -110,10 +110,10 @@ fn resolved(
 }
 
 /// The run directory and log name of a bench run.
-fn place(args: &Args, arm: Option<&BenchArm>, seed: u64) -> (PathBuf, String) {
+fn place(args: &Args, arm: Option<&BenchArm>, seed: u64) -> (RunDir, String) {
     match arm {
         Some(a) => (
-            RunDir::in_bench(&args.out, &a.name, seed).dir,
+            RunDir::in_bench(&args.out, &a.name, seed),
             format!("{}-seed{seed}", a.name),
         ),
         None => (start_dir(&args.out), "start".to_string()),
@@ -134,8 +134,8 @@ struct Job<'a> {
 /// longer matches what this bench's file and flags resolve to.
 fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<Job<'a>> {
     let cfg = resolved(args, arm, seed)?;
-    let (dir, _) = place(args, arm, seed);
-    if !dir.join("checkpoint").join("state.json").exists() {
+    let (run, _) = place(args, arm, seed);
+    if !run.state().exists() {
         return Ok(Job {
             arm,
             seed,
@@ -143,7 +143,7 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
             fresh: Some(cfg),
         });
     }
-    let path = dir.join("config.toml");
+    let path = run.config_toml();
     let mut have = wmrl_train::TrainConfig::load(&path)?;
     // Where the models run is not what the run computes: a run resumes on
     // this bench's --device.
@@ -151,7 +151,7 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
     if let Some(d) = have.first_difference(&cfg) {
         anyhow::bail!(
             "{} was started with other settings than this bench now gives it ({} against now: {d}); rerun with the bench's original file and flags, or another --out",
-            dir.display(),
+            run.dir.display(),
             path.display()
         );
     }
@@ -165,7 +165,8 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
 
 /// Start one `wmrl train` child for `job`.
 fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
-    let (dir, name) = place(args, job.arm, job.seed);
+    let (run, name) = place(args, job.arm, job.seed);
+    let dir = &run.dir;
     let mut cmd = super::child_command()?;
     cmd.arg("train")
         .arg("--quiet")
@@ -173,19 +174,16 @@ fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
         .arg(args.device.to_string());
     match &job.fresh {
         None => {
-            cmd.arg("--resume").arg(&dir);
+            cmd.arg("--resume").arg(dir);
         }
         Some(cfg) => {
             if dir.exists() {
-                std::fs::remove_dir_all(&dir)
+                std::fs::remove_dir_all(dir)
                     .with_context(|| format!("clearing {}", dir.display()))?;
             }
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            let config = dir.join("config.toml");
-            let text = cfg.to_toml()?;
-            std::fs::write(&config, text)
-                .with_context(|| format!("writing {}", config.display()))?;
-            cmd.arg("--config").arg(&config).arg("--out").arg(&dir);
+            let config = run.config_toml();
+            wmrl_run::atomic_write(&config, cfg.to_toml()?.as_bytes())?;
+            cmd.arg("--config").arg(&config).arg("--out").arg(dir);
         }
     }
     std::fs::create_dir_all(&args.out)?;
@@ -251,7 +249,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// needs it.
 fn plan<'a>(args: &Args, arms: &'a [BenchArm], seeds: &[u64]) -> anyhow::Result<Vec<Job<'a>>> {
     let mut todo: Vec<Job> = Vec::new();
-    if !start_dir(&args.out).join("summary.json").exists() {
+    if !start_dir(&args.out).summary().exists() {
         todo.push(job(args, None, 0).context("the start run")?);
     }
     let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
@@ -280,10 +278,10 @@ fn plan<'a>(args: &Args, arms: &'a [BenchArm], seeds: &[u64]) -> anyhow::Result<
 
 /// What progress counts of `job`.
 fn progress_job(args: &Args, job: &Job) -> BenchJob {
-    let (dir, name) = place(args, job.arm, job.seed);
+    let (run, name) = place(args, job.arm, job.seed);
     BenchJob {
         name,
-        run: RunDir::new(dir),
+        run,
         steps: job.steps,
         resumed: job.fresh.is_none(),
     }
@@ -420,11 +418,11 @@ mod tests {
         let out = tmp.path().to_str().expect("utf-8").to_string();
         let a = args(&["--out", &out]).expect("parse");
         let arms = bench_arms("sparse", &[]).expect("arms");
-        let (dir, _) = place(&a, Some(&arms[0]), 1);
-        std::fs::create_dir_all(dir.join("checkpoint")).expect("dirs");
-        std::fs::write(dir.join("checkpoint/state.json"), "{}").expect("state");
+        let (run, _) = place(&a, Some(&arms[0]), 1);
+        std::fs::create_dir_all(run.checkpoint()).expect("dirs");
+        std::fs::write(run.state(), "{}").expect("state");
         let cfg = resolved(&a, Some(&arms[0]), 1).expect("resolve");
-        std::fs::write(dir.join("config.toml"), cfg.to_toml().expect("toml")).expect("config");
+        std::fs::write(run.config_toml(), cfg.to_toml().expect("toml")).expect("config");
         let j = job(&a, Some(&arms[0]), 1).expect("same settings resume");
         assert!(
             j.fresh.is_none(),

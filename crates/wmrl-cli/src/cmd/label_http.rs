@@ -106,7 +106,7 @@ impl LabelServer {
     /// The server of the run in `run_dir`, which must be a run with
     /// `labels.source = "human"`.
     pub fn open(run_dir: &Path, token: Option<String>, lease: Duration) -> anyhow::Result<Self> {
-        let cfg_path = run_dir.join("config.toml");
+        let cfg_path = wmrl_run::RunDir::new(run_dir).config_toml();
         let cfg = wmrl_train::TrainConfig::load(&cfg_path).map_err(|e| {
             anyhow::anyhow!(
                 "{}: not a wmrl train run directory ({e}); start the run first (`wmrl train --config ... --set labels.source=\"human\" --out DIR`)",
@@ -205,8 +205,8 @@ impl LabelServer {
             let (kx, ky) = m.knots();
             json!({ "xs": kx, "ys": ky })
         });
-        let steps_done = std::fs::read_to_string(self.run_dir.join("metrics.jsonl"))
-            .map_or(0, |t| t.lines().filter(|l| !l.trim().is_empty()).count());
+        let run = wmrl_run::RunDir::new(&self.run_dir);
+        let steps_done = wmrl_run::bench::steps_done(&run, u64::MAX);
         let pending = s.pending().count();
         Ok(Reply::ok(json!({
             "run": self.run_dir.display().to_string(),
@@ -216,7 +216,7 @@ impl LabelServer {
             "used": s.consumed.len(),
             "steps_done": steps_done,
             "steps": self.steps,
-            "finished": self.run_dir.join("summary.json").exists(),
+            "finished": run.summary().exists(),
             "labellers": labellers,
             "labelled_rollouts": labelled,
             "auroc": auroc,

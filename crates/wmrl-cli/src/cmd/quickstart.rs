@@ -262,7 +262,7 @@ fn print_table(
 ) -> anyhow::Result<()> {
     // The SFT starting point: every run evaluates it at step 0.
     let arms = wmrl_train::bench::parse_arms(&args.arms)?;
-    let start = wmrl_train::trainer::read_summary(&wmrl_train::bench::start_dir(bench)).ok();
+    let start = wmrl_train::trainer::read_summary(&wmrl_train::bench::start_dir(bench).dir).ok();
     println!();
     println!(
         "Held-out success on the config's evaluation states ({}), embedded simulator:",

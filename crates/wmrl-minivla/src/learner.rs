@@ -127,10 +127,8 @@ impl Learner for MiniVlaLearner {
         }
         let steps = self.steps(batch).map_err(model_error)?;
         let objective = Objective {
-            clip_low: settings.loss.clip_low,
-            clip_high: settings.loss.clip_high,
             kl_beta: 0.0,
-            entropy_coef: settings.loss.entropy_coef,
+            ..settings.loss
         };
         let mb = match settings.minibatch {
             0 => n,

@@ -49,8 +49,9 @@ pub struct UpdateBatch<'a> {
 /// How an update runs (from the run's `[update]` settings).
 #[derive(Debug, Clone)]
 pub struct UpdateSettings {
-    /// Clip, KL and entropy weights (its `temperature` is the batch's).
-    pub loss: GrpoConfig,
+    /// Clip, KL and entropy weights. The temperature is the batch's
+    /// ([`UpdateBatch::temperature`]), never a setting of its own.
+    pub loss: wmrl_grpo::Objective,
     /// Samples per optimiser step (0: the whole batch).
     pub minibatch: usize,
     /// Passes over the batch.
@@ -254,10 +255,11 @@ impl TinyLearner {
         // The policy-gradient term only: the KL pull towards the reference
         // (and the entropy bonus) would be shared by both sides.
         let loss_cfg = GrpoConfig {
+            clip_low: settings.loss.clip_low,
+            clip_high: settings.loss.clip_high,
             kl_beta: 0.0,
             entropy_coef: 0.0,
             temperature,
-            ..settings.loss.clone()
         };
         let mut grads: Vec<Vec<f64>> = Vec::new();
         for want in [true, false] {
@@ -350,9 +352,13 @@ impl Learner for TinyLearner {
         if n == 0 || b.samples.iter().all(|s| s.advantage == 0.0) {
             return Ok(stats);
         }
+        let o = &settings.loss;
         let loss = GrpoConfig {
+            clip_low: o.clip_low,
+            clip_high: o.clip_high,
+            kl_beta: o.kl_beta,
+            entropy_coef: o.entropy_coef,
             temperature: b.temperature,
-            ..settings.loss.clone()
         };
         let batch = self.batch(b, &loss)?;
         if settings.measure_grad_snr {

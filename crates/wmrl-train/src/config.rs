@@ -336,14 +336,14 @@ impl Default for LossSection {
 }
 
 impl LossSection {
-    /// The loss's settings at the batch's `temperature`.
-    pub fn at(&self, temperature: f32) -> GrpoConfig {
-        GrpoConfig {
+    /// The objective's weights (the temperature is the batch's, not the
+    /// loss's: [`wmrl_policy::UpdateBatch::temperature`]).
+    pub fn objective(&self) -> wmrl_grpo::Objective {
+        wmrl_grpo::Objective {
             clip_low: self.clip_low,
             clip_high: self.clip_high,
             kl_beta: self.kl_beta,
             entropy_coef: self.entropy_coef,
-            temperature,
         }
     }
 }

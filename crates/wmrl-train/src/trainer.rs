@@ -733,7 +733,7 @@ impl Track for RobotTrack {
         };
         let u = &self.cfg.update;
         let settings = UpdateSettings {
-            loss: u.loss.at(self.cfg.rollout.temperature),
+            loss: u.loss.objective(),
             minibatch: u.minibatch,
             inner_epochs: u.inner_epochs,
             shuffle_seed: mix(self.cfg.seed, 0x5EED_0000 + step as u64),

@@ -606,6 +606,11 @@ impl Track for ArTrack<'_> {
     type Error = Error;
     type Record = StepLog;
     type State = ArState;
+    type Config = TrainConfig;
+
+    fn config(&self) -> &TrainConfig {
+        self.cfg
+    }
 
     fn rollouts(&mut self, _step: usize, ledger: &mut Ledger) -> Result<Groups> {
         let t = Instant::now();

@@ -31,6 +31,13 @@ pub trait Track: Sized {
     /// done, the method's state, the ledger): its sampler, its logs, the
     /// world model it refitted...
     type State: Serialize + DeserializeOwned;
+    /// The run's settings, as its run directory records them (the robot
+    /// track's config.toml, AutoResearch's config.json) and a resumed run
+    /// is checked against.
+    type Config: Serialize;
+
+    /// The settings this run was made with.
+    fn config(&self) -> &Self::Config;
 
     /// Draw and roll out the groups of step `step` (0-based), charging
     /// their cost to `ledger`.
@@ -340,6 +347,11 @@ mod tests {
         type Error = CoreError;
         type Record = usize;
         type State = usize;
+        type Config = ();
+
+        fn config(&self) -> &() {
+            &()
+        }
 
         fn rollouts(&mut self, step: usize, _: &mut Ledger) -> Result<usize, CoreError> {
             self.calls.push(format!("rollouts {step}"));

@@ -291,7 +291,7 @@ impl Trainer {
     }
 
     pub fn config(&self) -> &TrainConfig {
-        &self.run.track.cfg
+        self.run.track.config()
     }
     pub fn steps_done(&self) -> usize {
         self.run.step
@@ -612,6 +612,11 @@ impl Track for RobotTrack {
     type Error = TrainError;
     type Record = StepMetrics;
     type State = RobotState;
+    type Config = TrainConfig;
+
+    fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
 
     fn rollouts(&mut self, step: usize, ledger: &mut Ledger) -> Result<Vec<Rollout>> {
         self.step_started = Instant::now();

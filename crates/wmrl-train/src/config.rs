@@ -591,12 +591,38 @@ impl TrainConfig {
         Ok(cfg)
     }
 
-    /// Validate once after parsing; an old `update.loss.temperature`,
-    /// checked against `rollout.temperature`, is dropped (there is one).
+    /// Validate once after parsing (see [`TrainConfig::parsed`]).
     fn checked(&mut self) -> Result<()> {
-        self.validate()?;
-        self.update.loss.temperature = None;
+        self.parsed()?;
+        self.validate()
+    }
+
+    /// What parsing settles before any override: an old
+    /// `update.loss.temperature` is checked against `rollout.temperature`
+    /// and dropped (the batch carries the one temperature).
+    fn parsed(&mut self) -> Result<()> {
+        if let Some(t) = self.update.loss.temperature.take()
+            && (t - self.rollout.temperature).abs() > 1e-6
+        {
+            return Err(bad(
+                "update.loss.temperature",
+                format!(
+                    "{t} differs from rollout.temperature {}: the loss scores tokens at the temperature they were sampled at, so this key is no longer needed (remove it)",
+                    self.rollout.temperature
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// Parse `path` with its `section.key=value` overrides, not yet
+    /// validated: for a command that applies its own flags and then
+    /// validates once (`wmrl train` in [`crate::Trainer::create`], `wmrl
+    /// bench` before planning its runs).
+    pub fn parse_with(path: &Path, overrides: &[String]) -> Result<Self> {
+        let (mut cfg, _): (Self, String) = wmrl_run::load(path, overrides)?;
+        cfg.parsed()?;
+        Ok(cfg)
     }
 
     pub fn load(path: &Path) -> Result<Self> {
@@ -607,8 +633,8 @@ impl TrainConfig {
     /// `0.5`, `true`, `[16, 25]`, `"text"`; a bare word is a string), then
     /// validate once.
     pub fn load_with(path: &Path, overrides: &[String]) -> Result<Self> {
-        let (mut cfg, _): (Self, String) = wmrl_run::load(path, overrides)?;
-        cfg.checked()?;
+        let cfg = Self::parse_with(path, overrides)?;
+        cfg.validate()?;
         Ok(cfg)
     }
 
@@ -646,17 +672,6 @@ impl TrainConfig {
             return Err(bad(
                 "rollout.temperature",
                 "must be positive for exploration",
-            ));
-        }
-        if let Some(t) = self.update.loss.temperature
-            && (t - r.temperature).abs() > 1e-6
-        {
-            return Err(bad(
-                "update.loss.temperature",
-                format!(
-                    "{t} differs from rollout.temperature {}: the loss scores tokens at the temperature they were sampled at, so this key is no longer needed (remove it)",
-                    r.temperature
-                ),
             ));
         }
         if let Some(m) = &self.minivla {

@@ -88,7 +88,7 @@ fn resolved(
         arm.map(|a| a.set.clone()).unwrap_or_default(),
     ]
     .concat();
-    let mut c = wmrl_train::TrainConfig::load_with(&args.config, &sets)?;
+    let mut c = wmrl_train::TrainConfig::parse_with(&args.config, &sets)?;
     c.arm = arm.map_or(wmrl_core::Arm::Sparse, |a| a.arm);
     c.seed = seed;
     super::train::Flags {

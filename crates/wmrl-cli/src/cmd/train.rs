@@ -85,10 +85,11 @@ impl<'a> Flags<'a> {
     }
 }
 
-/// Build the config a fresh run would use, with the CLI's overrides applied.
+/// Build the config a fresh run would use, with the CLI's overrides applied
+/// (validated once, by [`Trainer::create`]).
 pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
     let path = args.config.as_ref().context("--config is required")?;
-    let mut cfg = TrainConfig::load_with(path, &args.set)?;
+    let mut cfg = TrainConfig::parse_with(path, &args.set)?;
     if let Some(a) = args.arm {
         cfg.arm = a;
     }
@@ -99,7 +100,6 @@ pub fn resolve(args: &Args) -> anyhow::Result<TrainConfig> {
         cfg.device = d;
     }
     Flags::of(args).apply(&mut cfg);
-    cfg.validate()?;
     Ok(cfg)
 }
 

@@ -101,8 +101,15 @@ impl std::fmt::Debug for Policy {
 }
 
 impl Policy {
+    /// A fresh policy on the CPU.
     pub fn new(cfg: PolicyConfig, seed: u64) -> Result<Self> {
-        let dev = Device::Cpu;
+        Self::new_on(cfg, seed, &Device::Cpu)
+    }
+
+    /// A fresh policy on `dev` (the weights are drawn on the host from
+    /// `seed`, so they are the same on every device).
+    pub fn new_on(cfg: PolicyConfig, seed: u64, dev: &Device) -> Result<Self> {
+        let dev = dev.clone();
         let mut rng = seeded(seed);
         let torso = Dense::new(N_META, cfg.hidden, 1.0, &mut rng, &dev)?;
         let head = Dense::new(cfg.hidden, N_OPTIONS, 0.1, &mut rng, &dev)?;

@@ -37,7 +37,7 @@ use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
 use wmrl_run::clock::process_cpu_secs;
-use wmrl_run::{Opened, Resume, RunDir, Saved};
+use wmrl_run::{DeviceChoice, Opened, Resume, RunDir, Saved};
 
 /// The core settings for this track's scale: the paper's calibration and
 /// weight warm-ups assume thousands of groups; a run here has about a
@@ -85,6 +85,14 @@ pub struct TrainConfig {
     /// The correction loop's settings, with the predictor refit
     /// (`core.refit`, off by default) among them.
     pub core: CoreConfig,
+    /// Where the solution policy trains (`wmrl autoresearch train
+    /// --device`): `cpu` (the default, left out of config.json), `cuda` or
+    /// `auto` (candle's CUDA backend in a build with the `cuda` feature;
+    /// the CPU otherwise, with one log line). Where, not what: a run may
+    /// resume on another device. The outcome predictor is scored through
+    /// ONNX Runtime on the CPU.
+    #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
+    pub device: DeviceChoice,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -103,6 +111,7 @@ impl Default for TrainConfig {
             refit_predictor_every: 0,
             policy: PolicyConfig::default(),
             core: small_scale_core(),
+            device: DeviceChoice::Cpu,
         }
     }
 }
@@ -966,7 +975,7 @@ pub fn train_with_refit(
         candidate: None,
         kept: Vec::new(),
         refits: Vec::new(),
-        policy: Policy::new(cfg.policy.clone(), seed)?,
+        policy: Policy::new_on(cfg.policy.clone(), seed, &candle_device(cfg.device))?,
         rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
         train_comps,
         evals: Vec::new(),
@@ -1068,6 +1077,32 @@ fn check_inputs(
     Ok(train_comps)
 }
 
+/// The candle device `choice` names: candle's first CUDA device for `cuda`
+/// and `auto` when this build has candle's CUDA backend and a GPU answers,
+/// else the CPU with one log line (a warning for `cuda`).
+fn candle_device(choice: DeviceChoice) -> candle_core::Device {
+    if choice.is_cpu() {
+        return candle_core::Device::Cpu;
+    }
+    match candle_core::Device::cuda_if_available(0) {
+        Ok(d) if d.is_cuda() => d,
+        other => {
+            let why = match other {
+                Err(e) => e.to_string(),
+                Ok(_) => "wmrl was built without candle's CUDA backend (`--features cuda`)".into(),
+            };
+            let line =
+                format!("--device {choice}: the AutoResearch policy trains on the CPU ({why})");
+            if choice == DeviceChoice::Cuda {
+                tracing::warn!("{line}");
+            } else {
+                tracing::info!("{line}");
+            }
+            candle_core::Device::Cpu
+        }
+    }
+}
+
 /// The run directory opened ([`wmrl_run::RunDir::open`]): an interrupted
 /// run (a checkpoint and no summary) continues from its checkpoint (the
 /// same settings bar `steps`, or it is refused naming the first
@@ -1090,7 +1125,7 @@ fn open_run(
                 ar_name(arm)
             ))
         } else {
-            wmrl_run::first_difference_except(&ck.track.config, cfg, "", &["steps"])
+            wmrl_run::first_difference_except(&ck.track.config, cfg, "", &["steps", "device"])
         };
         differs.map(|d| {
             format!(
@@ -1157,6 +1192,23 @@ fn step_log(s: &wmrl_core::Step<ArTrack<'_>>) -> StepLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_device_is_recorded_when_not_the_cpu_and_falls_back_without_cuda() {
+        let cpu = serde_json::to_value(TrainConfig::default()).expect("json");
+        assert!(
+            cpu.get("device").is_none(),
+            "the default stays out of config.json"
+        );
+        let c = TrainConfig::load(None, &["device=\"cuda\"".into()]).expect("cuda");
+        assert_eq!(c.device, DeviceChoice::Cuda);
+        assert_eq!(serde_json::to_value(&c).expect("json")["device"], "cuda");
+        assert!(candle_device(DeviceChoice::Cpu).is_cpu());
+        // This build has no candle CUDA backend, or no GPU: the CPU.
+        if !candle_core::utils::cuda_is_available() {
+            assert!(candle_device(DeviceChoice::Auto).is_cpu());
+        }
+    }
 
     #[test]
     fn the_shipped_config_is_the_defaults_and_unknown_keys_are_refused() {

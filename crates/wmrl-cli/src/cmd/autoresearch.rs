@@ -202,6 +202,10 @@ pub enum Sub {
         set: Vec<String>,
         #[arg(long)]
         steps: Option<usize>,
+        /// Where the solution policy trains: cpu, cuda or auto (recorded as
+        /// `device` in the run's config.json; overrides the config's).
+        #[arg(long)]
+        device: Option<wmrl_run::DeviceChoice>,
         #[arg(long, default_value = "runs/autoresearch")]
         out: PathBuf,
         #[command(flatten)]
@@ -363,12 +367,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             config,
             set,
             steps,
+            device,
             out,
             common,
         } => {
             let mut cfg = TrainConfig::load(config.as_deref(), &set)?;
             if let Some(n) = steps {
                 cfg.steps = n;
+            }
+            if let Some(d) = device {
+                cfg.device = d;
             }
             train_one(&cfg, arm, seed, &predictor, &out, &common)?;
         }

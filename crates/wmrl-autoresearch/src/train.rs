@@ -985,7 +985,8 @@ pub fn train_with_refit(
     let core = CorrectionLoop::new(cfg.core.clone(), arm, seed)?;
     let resumed = opened.is_resumed();
     let mut run = match opened {
-        Opened::Resumed(mut ck) => {
+        Opened::Resumed(ck) => {
+            let mut ck = *ck;
             restore_track(&mut track, &mut ck.track)?;
             tracing::info!(
                 arm = ar_name(arm),

@@ -63,7 +63,7 @@ pub enum Resume {
 #[derive(Debug)]
 pub enum Opened<S> {
     Fresh,
-    Resumed(Saved<S>),
+    Resumed(Box<Saved<S>>),
 }
 
 impl<S> Opened<S> {
@@ -100,7 +100,7 @@ impl RunDir {
         if !resumed {
             return Ok(Opened::Fresh);
         }
-        self.resume(differs).map(Opened::Resumed)
+        self.resume(differs).map(|s| Opened::Resumed(Box::new(s)))
     }
 
     /// The last checkpoint's state for resuming, refused with the text

@@ -214,46 +214,78 @@ pub enum Sub {
     /// Predictor data, predictor, then every arm over several seeds; prints
     /// score per arm with 95% intervals against sandbox CPU-seconds and
     /// writes a PNG.
-    Bench {
-        /// Bench config (TOML: configs/autoresearch_bench.toml holds the
-        /// defaults; `extends` and unknown keys refused), or a bench's
-        /// recorded bench_config.json. The flags below apply over it.
-        #[arg(long)]
-        config: Option<PathBuf>,
-        /// Override any config key: `--set train.steps=8` (repeatable; the
-        /// value is TOML).
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        set: Vec<String>,
-        /// Seeds per arm [config default: 3]
-        #[arg(long)]
-        seeds: Option<u64>,
-        /// Random solutions executed per competition for the predictor's
-        /// data [config default: 24]
-        #[arg(long)]
-        per_competition: Option<usize>,
-        #[arg(long)]
-        steps: Option<usize>,
-        /// Fraction of each step's groups the `wmrl` arm executes in the
-        /// sandbox (anchors; at least one group a step) [default: 0.1]
-        #[arg(long)]
-        anchor_fraction: Option<wmrl_core::AnchorFraction>,
-        /// Beyond the paper: the `wm` and `wmrl` arms refit the predictor on
-        /// its data plus the run's anchor executions every N steps (0: never)
-        /// [config default: 0]
-        #[arg(long)]
-        refit_predictor_every: Option<usize>,
-        /// Where the learning curve is drawn: `train` (the training
-        /// competitions; the held-out ones are read only at the start and
-        /// the end) or `heldout` (at every evaluation, as the benches
-        /// committed before 2026-12-04 did: give it to resume them)
-        /// [config default: train]
-        #[arg(long)]
-        curve_on: Option<wmrl_autoresearch::train::CurveOn>,
-        #[arg(long, default_value = "runs/autoresearch/bench")]
-        out: PathBuf,
-        #[command(flatten)]
-        common: Common,
-    },
+    Bench(BenchArgs),
+}
+
+/// `autoresearch bench`'s settings: a config file, `--set`s, then the
+/// shorthand flags over them.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Bench config (TOML: configs/autoresearch_bench.toml holds the
+    /// defaults; `extends` and unknown keys refused), or a bench's
+    /// recorded bench_config.json. The flags below apply over it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Override any config key: `--set train.steps=8` (repeatable; the
+    /// value is TOML).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Seeds per arm [config default: 3]
+    #[arg(long)]
+    seeds: Option<u64>,
+    /// Random solutions executed per competition for the predictor's
+    /// data [config default: 24]
+    #[arg(long)]
+    per_competition: Option<usize>,
+    #[arg(long)]
+    steps: Option<usize>,
+    /// Fraction of each step's groups the `wmrl` arm executes in the
+    /// sandbox (anchors; at least one group a step) [default: 0.1]
+    #[arg(long)]
+    anchor_fraction: Option<wmrl_core::AnchorFraction>,
+    /// Beyond the paper: the `wm` and `wmrl` arms refit the predictor on
+    /// its data plus the run's anchor executions every N steps (0: never)
+    /// [config default: 0]
+    #[arg(long)]
+    refit_predictor_every: Option<usize>,
+    /// Where the learning curve is drawn: `train` (the training
+    /// competitions; the held-out ones are read only at the start and
+    /// the end) or `heldout` (at every evaluation, as the benches
+    /// committed before 2026-12-04 did: give it to resume them)
+    /// [config default: train]
+    #[arg(long)]
+    curve_on: Option<wmrl_autoresearch::train::CurveOn>,
+    #[arg(long, default_value = "runs/autoresearch/bench")]
+    out: PathBuf,
+    #[command(flatten)]
+    common: Common,
+}
+
+impl BenchArgs {
+    /// The bench's settings: the file (or the defaults) with the `--set`s,
+    /// then each flag given.
+    fn settings(&self) -> anyhow::Result<BenchConfig> {
+        let mut cfg = BenchConfig::load(self.config.as_deref(), &self.set)?;
+        if let Some(n) = self.seeds {
+            cfg.seeds = n;
+        }
+        if let Some(n) = self.per_competition {
+            cfg.per_competition = n;
+        }
+        if let Some(n) = self.steps {
+            cfg.train.steps = n;
+        }
+        if let Some(f) = self.anchor_fraction {
+            cfg.train.core.anchors.fraction = f;
+        }
+        if let Some(n) = self.refit_predictor_every {
+            cfg.train.refit_predictor_every = n;
+        }
+        if let Some(c) = self.curve_on {
+            cfg.train.curve_on = c;
+        }
+        Ok(cfg)
+    }
 }
 
 fn suite(c: &Common) -> anyhow::Result<Suite> {
@@ -380,39 +412,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             train_one(&cfg, arm, seed, &predictor, &out, &common)?;
         }
-        Sub::Bench {
-            config,
-            set,
-            seeds,
-            per_competition,
-            steps,
-            anchor_fraction,
-            refit_predictor_every,
-            curve_on,
-            out,
-            common,
-        } => {
-            let mut cfg = BenchConfig::load(config.as_deref(), &set)?;
-            if let Some(n) = seeds {
-                cfg.seeds = n;
-            }
-            if let Some(n) = per_competition {
-                cfg.per_competition = n;
-            }
-            if let Some(n) = steps {
-                cfg.train.steps = n;
-            }
-            if let Some(f) = anchor_fraction {
-                cfg.train.core.anchors.fraction = f;
-            }
-            if let Some(n) = refit_predictor_every {
-                cfg.train.refit_predictor_every = n;
-            }
-            if let Some(c) = curve_on {
-                cfg.train.curve_on = c;
-            }
-            bench(&cfg, &out, &common)?
-        }
+        Sub::Bench(b) => bench(&b.settings()?, &b.out, &b.common)?,
         Sub::ServeRewards {
             bind,
             config,

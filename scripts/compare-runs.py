@@ -3,14 +3,17 @@
 
     python3 scripts/compare-runs.py RUN_A RUN_B
 
-Every file under checkpoint/ (policy, optimiser; not state.json, which
-holds the ledger's clocks) must be byte-identical. The record files
-(metrics.jsonl, eval.jsonl, calibration.jsonl, refits.jsonl) and
-summary.json must hold the same values line by line once clock readings
-are left out: keys ending in `seconds`/`secs` and the ledger's timings.
-A key present on one side only (a field one binary writes and the other
-does not) is listed apart and does not fail the comparison. Exit status:
-0 when the runs replay each other, 1 otherwise.
+Every file under checkpoint/ but state.json (policy and optimiser
+weights) must be byte-identical. The record files (metrics.jsonl,
+eval.jsonl, calibration.jsonl, refits.jsonl) and summary.json must hold
+the same values line by line once clock readings are left out: every key
+ending in `seconds` or `secs` (the ledger's timings among them), `elapsed`
+and `wall`. A key present on one side only (a field one binary writes and
+the other does not) is listed apart and does not fail the comparison.
+Not compared: checkpoint/state.json (the ledger's clocks beside the
+method's state; an AutoResearch run keeps its policy there) and
+diagnostics.json. Exit status: 0 when the runs replay each other, 1
+otherwise.
 """
 import hashlib
 import json

@@ -283,7 +283,7 @@ impl BenchConfig {
     /// bench_config.json), with `sets` (`section.key=value`) applied,
     /// unknown keys refused; no file: the defaults with `sets` applied.
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
-        wmrl_run::load_optional(path, sets).map_err(|e| Error::Config(e.to_string()))
+        wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
 }
 
@@ -710,6 +710,10 @@ mod config_tests {
         let c = BenchConfig::load(Some(&shipped), &["train.steps=8".into(), "seeds=5".into()])
             .expect("sets");
         assert_eq!((c.train.steps, c.seeds), (8, 5));
+        // A [train] given in part (here by --set) keeps the bench's other
+        // defaults: the curve on the training competitions.
+        assert_eq!(c.train.curve_on, crate::train::CurveOn::Train);
+        assert_eq!(c.train.core, BenchConfig::default().train.core);
         for bad in ["predictor.hiden=3", "seedz=1"] {
             let e = BenchConfig::load(Some(&shipped), &[bad.into()]).expect_err("unknown");
             assert!(e.to_string().contains(&bad[..bad.len() - 2]), "{e}");

@@ -125,7 +125,7 @@ impl RewardConfig {
     /// (`section.key=value`) applied, unknown keys refused; no file: the
     /// defaults with `sets` applied.
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
-        wmrl_run::load_optional(path, sets).map_err(|e| Error::Config(e.to_string()))
+        wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
 }
 

@@ -118,11 +118,13 @@ impl Default for TrainConfig {
 
 impl TrainConfig {
     /// Read a config: TOML through the loader every command shares
-    /// (`extends`, `sets` as `section.key=value`, unknown keys refused), or
-    /// a run's recorded `config.json` (a `.json` file, read as strictly);
-    /// no file: the defaults with `sets` applied.
+    /// (`extends`, `sets` as `section.key=value`, unknown keys refused),
+    /// laid over these defaults key by key (a table given in part keeps the
+    /// track's small-scale `[core]`, the curve on the training
+    /// competitions); or a run's recorded `config.json` (a `.json` file,
+    /// read as strictly); no file: the defaults with `sets` applied.
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
-        wmrl_run::load_optional(path, sets).map_err(|e| Error::Config(e.to_string()))
+        wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
 
     /// The settings a run uses: `refit_predictor_every` folded into
@@ -946,23 +948,6 @@ pub fn train_with_refit(
     let refits = cfg.refits(arm);
     let train_comps = check_inputs(cfg, arm, seed, suite, predictor, refit, refits)?;
     let opened = open_run(run_dir, cfg, arm, seed)?;
-    if let Some(d) = run_dir {
-        // The record files: emptied for a fresh run (refits.jsonl created
-        // when the arm refits), cut back to the checkpoint's on resume.
-        let settings = serde_json::to_string_pretty(cfg).map_err(|source| Error::Json {
-            path: d.config_json(),
-            source,
-        })?;
-        let empty = [d.metrics(), d.eval()]
-            .into_iter()
-            .chain(refits.then(|| d.refits()))
-            .collect::<Vec<_>>();
-        d.prepare(
-            &opened,
-            Some((&d.config_json(), settings.as_bytes())),
-            &empty,
-        )?;
-    }
     let mut track = ArTrack {
         cfg,
         arm,
@@ -983,6 +968,24 @@ pub fn train_with_refit(
         files: run_dir,
     };
     let core = CorrectionLoop::new(cfg.core.clone(), arm, seed)?;
+    // Everything is built before the run directory is touched.
+    if let Some(d) = run_dir {
+        // The record files: emptied for a fresh run (refits.jsonl created
+        // when the arm refits), cut back to the checkpoint's on resume.
+        let settings = serde_json::to_string_pretty(cfg).map_err(|source| Error::Json {
+            path: d.config_json(),
+            source,
+        })?;
+        let empty = [d.metrics(), d.eval()]
+            .into_iter()
+            .chain(refits.then(|| d.refits()))
+            .collect::<Vec<_>>();
+        d.prepare(
+            &opened,
+            Some((&d.config_json(), settings.as_bytes())),
+            &empty,
+        )?;
+    }
     let resumed = opened.is_resumed();
     let mut run = match opened {
         Opened::Resumed(ck) => {
@@ -1223,6 +1226,18 @@ mod tests {
             .expect("sets over the defaults");
         assert_eq!((c.steps, c.policy.lr), (3, 0.01));
         assert_eq!(c.core, TrainConfig::default().core);
+        // Keys left out take the track's defaults, not each table type's:
+        // the curve on the training competitions (the field's own default
+        // reads old recorded runs as held-out), the small-scale [core].
+        assert_eq!(c.curve_on, CurveOn::Train);
+        let tmp = tempfile::tempdir().expect("tmp");
+        let part = tmp.path().join("part.toml");
+        std::fs::write(&part, "steps = 2\n[core.anchors]\nfraction = 0.5\n").expect("write");
+        let p = TrainConfig::load(Some(&part), &[]).expect("partial");
+        assert_eq!(p.curve_on, CurveOn::Train);
+        assert_eq!(p.core.anchors.fraction.get(), 0.5);
+        assert_eq!(p.core.calibration, small_scale_core().calibration);
+        assert_eq!(p.core.weight, small_scale_core().weight);
         let err = TrainConfig::load(Some(&shipped), &["policy.lrr=1".into()]).expect_err("unknown");
         assert!(err.to_string().contains("lrr"), "{err}");
         // A run's recorded config.json reads back as strictly.

@@ -284,8 +284,8 @@ pub struct SftReport {
 struct TrainState {
     step: usize,
     /// How far metrics.jsonl reached at the checkpoint: a resumed run cuts
-    /// it back there, so the steps after it are logged once (0 in a state
-    /// from before it was kept: the file is left as it is).
+    /// it back there, so the steps after it are logged once (`None` in a
+    /// state from before it was kept: the file is left as it is).
     #[serde(default)]
     metrics_len: Option<u64>,
 }
@@ -332,11 +332,14 @@ pub fn train_sft(
     let metrics_path = wmrl_run::RunDir::new(out).metrics();
     let settings = out.join("sft.json");
     if resume && can_resume(out) {
-        // The same settings bar `steps` (which may grow), or the run is
-        // refused naming the first difference.
-        let recorded: SftConfig = read_json(&settings)?;
-        let free = ["steps", "device"];
-        if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "sft", &free) {
+        // The same settings bar what may change between starts (the step
+        // count, and with it the schedule's length, as `--steps` sets both;
+        // the device), or the run is refused naming the first difference.
+        let mut recorded: SftConfig = read_json(&settings)?;
+        recorded.steps = cfg.steps;
+        recorded.optim.total_steps = cfg.optim.total_steps;
+        recorded.device = cfg.device;
+        if let Some(d) = wmrl_run::first_difference(&recorded, cfg, "sft") {
             return Err(PolicyError::Config(format!(
                 "{}: an SFT run of other settings (recorded against now: {d}); resume it with \
                  its own settings or pick another --out",

@@ -704,7 +704,10 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
     let mut text = std::fs::read_to_string(&metrics).expect("metrics");
     text.push_str("{\"step\":999}\n");
     std::fs::write(&metrics, text).expect("write");
+    // More steps, and a schedule as long (what `wmrl sft --steps` sets),
+    // continue the run.
     scfg.steps = 150;
+    scfg.optim.total_steps = 160;
     let fresh = Policy::new(policy.config().clone(), &Device::Cpu, DType::F32).expect("policy");
     // Other settings than the run's (bar steps) are refused, naming the key.
     let other = SftConfig {

@@ -156,6 +156,34 @@ pub fn load_optional<T: DeserializeOwned>(
     }
 }
 
+/// [`load_optional`] for a command whose settings have defaults of their own
+/// beyond each table type's (AutoResearch's small-scale `[core]`, its
+/// curve drawn on the training competitions): a TOML file, or none, is laid
+/// over `T::default()` key by key, so a table given in part keeps the
+/// command's defaults for its other keys; then `sets`. A recorded `.json`
+/// is read as it is, strictly (what was recorded is what was run).
+pub fn load_over_defaults<T: Serialize + DeserializeOwned + Default>(
+    path: Option<&Path>,
+    sets: &[String],
+) -> Result<T, ConfigError> {
+    if path.is_some_and(|p| p.extension().is_some_and(|e| e == "json")) {
+        return load_optional(path, sets);
+    }
+    let origin = match path {
+        Some(p) if sets.is_empty() => p.display().to_string(),
+        Some(p) => format!("{} with --set {}", p.display(), sets.join(" ")),
+        None => format!("--set {}", sets.join(" ")),
+    };
+    let mut doc = toml::Table::try_from(T::default()).map_err(|e| ConfigError {
+        path: origin.clone(),
+        message: format!("the defaults as TOML: {e}"),
+    })?;
+    if let Some(p) = path {
+        merge_tables(&mut doc, read_doc(p)?);
+    }
+    parse_doc(doc, sets, &origin)
+}
+
 /// Apply `sets` to `doc` and parse it into `T`; `origin` names it in errors.
 fn parse_doc<T: DeserializeOwned>(
     mut doc: toml::Table,

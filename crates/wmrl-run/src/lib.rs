@@ -29,7 +29,7 @@ pub mod rundir;
 
 pub use config::{
     ConfigError, apply_set, differing_key, first_difference, first_difference_except, load,
-    load_optional, parse, read_doc, value_at,
+    load_optional, load_over_defaults, parse, read_doc, value_at,
 };
 pub use device::DeviceChoice;
 pub use journal::{Opened, Resume, RunJournal, Saved};

@@ -150,7 +150,7 @@ pub enum Sub {
         #[arg(long, default_value = "127.0.0.1:8799")]
         bind: String,
         /// The service's settings (TOML: configs/autoresearch_rewards.toml
-        /// holds the defaults: arm, seed, [core]; `extends` and unknown keys
+        /// holds the defaults: arm, seed, [core]; `extends` supported, unknown keys
         /// refused). The flags below apply over it.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -192,7 +192,7 @@ pub enum Sub {
         #[arg(long, default_value = "runs/autoresearch/predictor.onnx")]
         predictor: PathBuf,
         /// Run config (TOML: configs/autoresearch_train.toml holds the
-        /// defaults; `extends` and unknown keys refused), or a run's
+        /// defaults; `extends` supported, unknown keys refused), or a run's
         /// recorded config.json.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -222,7 +222,7 @@ pub enum Sub {
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
     /// Bench config (TOML: configs/autoresearch_bench.toml holds the
-    /// defaults; `extends` and unknown keys refused), or a bench's
+    /// defaults; `extends` supported, unknown keys refused), or a bench's
     /// recorded bench_config.json. The flags below apply over it.
     #[arg(long)]
     config: Option<PathBuf>,
@@ -240,7 +240,7 @@ pub struct BenchArgs {
     #[arg(long)]
     steps: Option<usize>,
     /// Fraction of each step's groups the `wmrl` arm executes in the
-    /// sandbox (anchors; at least one group a step) [default: 0.1]
+    /// sandbox (anchors; at least one group a step) [config default: 0.1]
     #[arg(long)]
     anchor_fraction: Option<wmrl_core::AnchorFraction>,
     /// Beyond the paper: the `wm` and `wmrl` arms refit the predictor on
@@ -718,6 +718,15 @@ mod tests {
         let e = reward_config(Some(&shipped), &["core.anchorz=1".into()], None, None, None)
             .unwrap_err();
         assert!(e.to_string().contains("anchorz"), "{e}");
+        // Without a file, a --set in [core] keeps the track's small-scale
+        // core for the other keys (not the paper-scale defaults).
+        let sets = ["core.anchors.fraction=0.5".to_string()];
+        let cfg = reward_config(None, &sets, None, None, None).unwrap();
+        assert_eq!(cfg.core.anchors.fraction.get(), 0.5);
+        assert_eq!(
+            cfg.core.calibration,
+            RewardConfig::default().core.calibration
+        );
         // The core's names for the other two are not the track's.
         for bad in ["sparse", "dense_raw", "mix", "Real"] {
             let err = train_arm(&["--arm", bad]).unwrap_err();

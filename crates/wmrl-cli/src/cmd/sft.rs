@@ -77,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(d) = args.device {
         rc.sft.device = d;
     }
-    let device = wmrl_train::Placement::select(rc.sft.device).policy;
+    let device = wmrl_train::candle_device(rc.sft.device);
     if args.check {
         return check(rc, &device);
     }

@@ -960,7 +960,11 @@ pub fn train_with_refit(
         candidate: None,
         kept: Vec::new(),
         refits: Vec::new(),
-        policy: Policy::new_on(cfg.policy.clone(), seed, &candle_device(cfg.device))?,
+        policy: Policy::new_on(
+            cfg.policy.clone(),
+            seed,
+            &wmrl_grpo::candle_device(cfg.device, "the AutoResearch policy"),
+        )?,
         rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
         train_comps,
         evals: Vec::new(),
@@ -1081,32 +1085,6 @@ fn check_inputs(
     Ok(train_comps)
 }
 
-/// The candle device `choice` names: candle's first CUDA device for `cuda`
-/// and `auto` when this build has candle's CUDA backend and a GPU answers,
-/// else the CPU with one log line (a warning for `cuda`).
-fn candle_device(choice: DeviceChoice) -> candle_core::Device {
-    if choice.is_cpu() {
-        return candle_core::Device::Cpu;
-    }
-    match candle_core::Device::cuda_if_available(0) {
-        Ok(d) if d.is_cuda() => d,
-        other => {
-            let why = match other {
-                Err(e) => e.to_string(),
-                Ok(_) => "wmrl was built without candle's CUDA backend (`--features cuda`)".into(),
-            };
-            let line =
-                format!("--device {choice}: the AutoResearch policy trains on the CPU ({why})");
-            if choice == DeviceChoice::Cuda {
-                tracing::warn!("{line}");
-            } else {
-                tracing::info!("{line}");
-            }
-            candle_core::Device::Cpu
-        }
-    }
-}
-
 /// The run directory opened ([`wmrl_run::RunDir::open`]): an interrupted
 /// run (a checkpoint and no summary) continues from its checkpoint (the
 /// same settings bar `steps`, or it is refused naming the first
@@ -1198,7 +1176,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_device_is_recorded_when_not_the_cpu_and_falls_back_without_cuda() {
+    fn the_device_is_recorded_when_not_the_cpu() {
         let cpu = serde_json::to_value(TrainConfig::default()).expect("json");
         assert!(
             cpu.get("device").is_none(),
@@ -1207,11 +1185,6 @@ mod tests {
         let c = TrainConfig::load(None, &["device=\"cuda\"".into()]).expect("cuda");
         assert_eq!(c.device, DeviceChoice::Cuda);
         assert_eq!(serde_json::to_value(&c).expect("json")["device"], "cuda");
-        assert!(candle_device(DeviceChoice::Cpu).is_cpu());
-        // This build has no candle CUDA backend, or no GPU: the CPU.
-        if !candle_core::utils::cuda_is_available() {
-            assert!(candle_device(DeviceChoice::Auto).is_cpu());
-        }
     }
 
     #[test]

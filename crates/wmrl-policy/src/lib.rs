@@ -62,18 +62,3 @@ pub use runconfig::{RunConfig, apply_overrides};
 pub use sft::{
     PROPRIO_STD_FLOOR, PolicySft, SftConfig, SftDataset, SftModel, SftReport, can_resume, train_sft,
 };
-
-/// The first CUDA device for candle, or why the policy cannot use one:
-/// this build lacks the `cuda` feature, or candle finds no GPU or driver.
-pub fn cuda_device() -> std::result::Result<candle_core::Device, String> {
-    #[cfg(feature = "cuda")]
-    {
-        candle_core::Device::new_cuda(0).map_err(|e| format!("candle finds no CUDA device: {e}"))
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        Err("wmrl was built without the `cuda` feature \
-             (`cargo build --release -p wmrl-cli --features cuda`, needs nvcc)"
-            .into())
-    }
-}

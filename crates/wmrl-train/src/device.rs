@@ -49,7 +49,7 @@ impl Placement {
             choice,
             ..Self::cpu()
         };
-        match wmrl_policy::cuda_device() {
+        match wmrl_grpo::cuda_device() {
             Ok(d) => p.policy = d,
             Err(why) => p.fallbacks.push(("policy", why)),
         }
@@ -97,28 +97,6 @@ impl Placement {
             }
         }
         p
-    }
-}
-
-/// The candle device `choice` names, for a command that trains one candle
-/// network and nothing else (`wmrl sft`, `wmrl wm train`): candle's CUDA
-/// device for `cuda` and `auto` where this build and machine have one, else
-/// the CPU with one log line (a warning for `cuda`). Unlike
-/// [`Placement::select`] it probes neither ONNX Runtime nor the renderer.
-pub fn candle_device(choice: DeviceChoice) -> Device {
-    if choice == DeviceChoice::Cpu {
-        return Device::Cpu;
-    }
-    match wmrl_policy::cuda_device() {
-        Ok(d) => d,
-        Err(why) => {
-            let line = format!("--device {choice}: on the CPU instead ({why})");
-            match choice {
-                DeviceChoice::Cuda => tracing::warn!("{line}"),
-                _ => tracing::info!("{line}"),
-            }
-            Device::Cpu
-        }
     }
 }
 

@@ -22,6 +22,6 @@ pub use config::{
     Backend, CreditConfig, CreditSource, EnvConfig, LabelSource, LabelsSection, LiberoEnvConfig,
     LossNorm, LossSection, TrainConfig, make_env,
 };
-pub use device::{Placement, candle_device};
+pub use device::Placement;
 pub use error::{Result, TrainError};
 pub use trainer::{EvalSplit, RunSummary, Trainer, export_policy};

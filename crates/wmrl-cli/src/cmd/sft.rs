@@ -77,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(d) = args.device {
         rc.sft.device = d;
     }
-    let device = wmrl_train::candle_device(rc.sft.device);
+    let device = wmrl_grpo::candle_device(rc.sft.device, "the SFT model");
     if args.check {
         return check(rc, &device);
     }

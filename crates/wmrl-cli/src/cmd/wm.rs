@@ -150,7 +150,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(d) = a.device {
         cfg.device = d;
     }
-    let device = wmrl_train::candle_device(cfg.device);
+    let device = wmrl_grpo::candle_device(cfg.device, "the progress network");
     let t0 = Instant::now();
     let eps = train::load_dir(&a.rollouts, &cfg)?;
     let n_success = eps.iter().filter(|e| e.success).count();

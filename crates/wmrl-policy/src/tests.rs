@@ -657,8 +657,8 @@ fn evaluation_writes_its_episodes_and_they_load_as_sft_data() {
     assert_eq!(kept.len(), report2.overall.successes);
 }
 
-#[test]
-fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
+/// The toy task's SFT data (8 expert episodes) and a policy normalised to it.
+fn toy_sft() -> (SftDataset, Policy) {
     let cfg = tiny_cfg(Decoding::Parallel);
     let mut data = SftDataset::default();
     for ep in expert_episodes(4) {
@@ -672,6 +672,74 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         ..cfg
     };
     let policy = Policy::new(cfg, &Device::Cpu, DType::F32).expect("policy");
+    (data, policy)
+}
+
+/// The `step` of every line of an SFT run's metrics.jsonl.
+fn logged_steps(metrics: &std::path::Path) -> Vec<u64> {
+    std::fs::read_to_string(metrics)
+        .expect("metrics")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).expect("line")["step"]
+                .as_u64()
+                .expect("step")
+        })
+        .collect()
+}
+
+/// The SFT checkpoint in `out` succeeds on the toy task's episodes (with
+/// GIFs written), and an untrained policy of its shape does much worse.
+fn assert_trained_policy_succeeds(out: &std::path::Path, final_loss: f64) {
+    let trained = Policy::load(out).expect("load");
+    let envs: Vec<LineEnv> = (0..3).map(|_| LineEnv::new()).collect();
+    let mut env = LocalVecEnv::new(envs).expect("env");
+    let gifs = tempfile::tempdir().expect("tmp");
+    let ecfg = EvalConfig {
+        init_states: vec![1, 3, 5, 7],
+        gif_dir: Some(gifs.path().to_path_buf()),
+        n_gifs: 2,
+        ..EvalConfig::default()
+    };
+    let report = evaluate(&trained, &mut env, &ecfg).expect("eval");
+    assert_eq!(report.episodes.len(), 8);
+    assert_eq!(report.per_task.len(), 2);
+    assert_eq!(
+        report.overall.successes,
+        report.episodes.iter().filter(|e| e.success).count()
+    );
+    assert!(
+        report.overall.rate >= 0.75,
+        "{} loss {}",
+        report.table(),
+        final_loss
+    );
+    assert_eq!(report.gifs.len(), 2);
+    assert!(report.gifs.iter().all(|g| g.exists()));
+
+    // An untrained policy does much worse on the same episodes.
+    let untrained =
+        Policy::new(trained.config().clone(), &Device::Cpu, DType::F32).expect("policy");
+    let base = evaluate(
+        &untrained,
+        &mut env,
+        &EvalConfig {
+            init_states: vec![1, 3, 5, 7],
+            ..EvalConfig::default()
+        },
+    )
+    .expect("eval");
+    assert!(
+        base.overall.rate < report.overall.rate,
+        "untrained {} vs trained {}",
+        base.overall.rate,
+        report.overall.rate
+    );
+}
+
+#[test]
+fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
+    let (data, policy) = toy_sft();
     let out = tempfile::tempdir().expect("tmp");
     let mut scfg = SftConfig {
         steps: 40,
@@ -685,17 +753,11 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         total_steps: 150,
         ..OptimConfig::default()
     };
-    let r1 = train_sft(
-        &PolicySft {
-            policy: &policy,
-            data: &data,
-        },
-        &scfg,
-        out.path(),
-        false,
-        false,
-    )
-    .expect("sft");
+    let first = PolicySft {
+        policy: &policy,
+        data: &data,
+    };
+    let r1 = train_sft(&first, &scfg, out.path(), false, false).expect("sft");
     assert_eq!(r1.start_step, 0);
     assert!(can_resume(out.path()));
     // A line logged after the last checkpoint (a run stopped between the
@@ -723,27 +785,9 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         e.to_string().contains("sft.batch_size: 16 against 8"),
         "{e}"
     );
-    let r2 = train_sft(
-        &PolicySft {
-            policy: &fresh,
-            data: &data,
-        },
-        &scfg,
-        out.path(),
-        true,
-        false,
-    )
-    .expect("resume");
+    let r2 = train_sft(&sft, &scfg, out.path(), true, false).expect("resume");
     assert_eq!(r2.start_step, 40);
-    let steps: Vec<u64> = std::fs::read_to_string(&metrics)
-        .expect("metrics")
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).expect("line")["step"]
-                .as_u64()
-                .expect("step")
-        })
-        .collect();
+    let steps = logged_steps(&metrics);
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
     assert_eq!(steps.last(), Some(&150));
     assert!(
@@ -752,51 +796,7 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         r1.final_loss,
         r2.final_loss
     );
-
-    let trained = Policy::load(out.path()).expect("load");
-    let envs: Vec<LineEnv> = (0..3).map(|_| LineEnv::new()).collect();
-    let mut env = LocalVecEnv::new(envs).expect("env");
-    let gifs = tempfile::tempdir().expect("tmp");
-    let ecfg = EvalConfig {
-        init_states: vec![1, 3, 5, 7],
-        gif_dir: Some(gifs.path().to_path_buf()),
-        n_gifs: 2,
-        ..EvalConfig::default()
-    };
-    let report = evaluate(&trained, &mut env, &ecfg).expect("eval");
-    assert_eq!(report.episodes.len(), 8);
-    assert_eq!(report.per_task.len(), 2);
-    assert_eq!(
-        report.overall.successes,
-        report.episodes.iter().filter(|e| e.success).count()
-    );
-    assert!(
-        report.overall.rate >= 0.75,
-        "{} loss {}",
-        report.table(),
-        r2.final_loss
-    );
-    assert_eq!(report.gifs.len(), 2);
-    assert!(report.gifs.iter().all(|g| g.exists()));
-
-    // An untrained policy does much worse on the same episodes.
-    let untrained =
-        Policy::new(trained.config().clone(), &Device::Cpu, DType::F32).expect("policy");
-    let base = evaluate(
-        &untrained,
-        &mut env,
-        &EvalConfig {
-            init_states: vec![1, 3, 5, 7],
-            ..EvalConfig::default()
-        },
-    )
-    .expect("eval");
-    assert!(
-        base.overall.rate < report.overall.rate,
-        "untrained {} vs trained {}",
-        base.overall.rate,
-        report.overall.rate
-    );
+    assert_trained_policy_succeeds(out.path(), r2.final_loss);
 }
 
 /// The `minivla` preset (Qwen2.5-0.5B LM dimensions) builds and runs one

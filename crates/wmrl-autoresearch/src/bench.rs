@@ -682,14 +682,17 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
         return write_json(path, cfg);
     }
     let recorded: BenchConfig = read_json(path)?;
-    if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "", &["seeds"]) {
+    // Where the models run is not what the bench computes: it resumes on
+    // another --device.
+    let ignore = ["seeds", "train.device"];
+    if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "", &ignore) {
         return Err(Error::Config(format!(
             "{}: this bench was started with other settings (recorded against now: {d}); \
              use another --out, or delete the folder to start over",
             path.display(),
         )));
     }
-    if recorded.seeds != cfg.seeds {
+    if recorded.seeds != cfg.seeds || recorded.train.device != cfg.train.device {
         write_json(path, cfg)?;
     }
     Ok(())
@@ -728,5 +731,23 @@ mod config_tests {
             let p = root.join("results").join(b).join("bench_config.json");
             BenchConfig::load(Some(&p), &[]).unwrap_or_else(|e| panic!("{b}: {e}"));
         }
+    }
+
+    #[test]
+    fn a_bench_resumes_on_another_device_or_seed_count_and_refuses_other_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("bench_config.json");
+        let cfg = BenchConfig::default();
+        check_settings(&path, &cfg).expect("fresh");
+        let mut moved = cfg.clone();
+        moved.train.device = wmrl_run::DeviceChoice::Cuda;
+        moved.seeds = 5;
+        check_settings(&path, &moved).expect("another device and seed count");
+        let recorded: BenchConfig = read_json(&path).expect("recorded");
+        assert_eq!(recorded, moved, "the record follows the resumed bench");
+        let mut other = moved.clone();
+        other.train.steps += 1;
+        let e = check_settings(&path, &other).expect_err("other steps");
+        assert!(e.to_string().contains("train.steps"), "{e}");
     }
 }

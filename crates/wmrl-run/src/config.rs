@@ -208,9 +208,9 @@ pub fn first_difference<T: Serialize>(a: &T, b: &T, prefix: &str) -> Option<Stri
     first_difference_except(a, b, prefix, &[])
 }
 
-/// [`first_difference`], leaving out the top-level keys in `ignore` (those
-/// that may change between starts of one run or bench: a run's `steps`, a
-/// bench's seed count).
+/// [`first_difference`], leaving out the keys in `ignore`, dotted for a
+/// nested one (those that may change between starts of one run or bench: a
+/// run's `steps`, a bench's seed count, `train.device`).
 pub fn first_difference_except<T: Serialize>(
     a: &T,
     b: &T,
@@ -219,9 +219,17 @@ pub fn first_difference_except<T: Serialize>(
 ) -> Option<String> {
     let value = |c: &T| {
         let mut v = serde_json::to_value(c).ok()?;
-        if let Some(m) = v.as_object_mut() {
-            for k in ignore {
-                m.remove(*k);
+        for k in ignore {
+            let (parent, leaf) = match k.rsplit_once('.') {
+                Some((p, l)) => (Some(p), l),
+                None => (None, *k),
+            };
+            let mut at = Some(&mut v);
+            for part in parent.into_iter().flat_map(|p| p.split('.')) {
+                at = at.and_then(|x| x.get_mut(part));
+            }
+            if let Some(m) = at.and_then(|x| x.as_object_mut()) {
+                m.remove(leaf);
             }
         }
         Some(v)
@@ -371,6 +379,15 @@ mod tests {
         assert_eq!(d, "run.inner.a: 1.0 against 2.0");
         b.inner.a = 1.0;
         assert_eq!(first_difference_except(&a, &b, "", &["steps"]), None);
+        let nested = |device: &str| serde_json::json!({"train": {"device": device, "lr": 1}});
+        assert_eq!(
+            first_difference_except(&nested("cpu"), &nested("cuda"), "", &["train.device"]),
+            None
+        );
+        assert_eq!(
+            first_difference_except(&nested("cpu"), &nested("cuda"), "", &["device"]).as_deref(),
+            Some("train.device: \"cpu\" against \"cuda\"")
+        );
         assert_eq!(
             first_difference(&a, &b, "").as_deref(),
             Some("steps: 1 against 3")

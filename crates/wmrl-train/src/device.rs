@@ -58,7 +58,7 @@ impl Placement {
             Err(why) => p.fallbacks.push(("world model", why)),
         }
         // The in-process simulator's renderer (bridged workers are
-        // processes of their own and render on their CPUs).
+        // processes of their own: `wmrl serve-sim --device` places theirs).
         match wmrl_sim::gpu::open(0) {
             Ok(gpu) => p.renderer = Some(gpu),
             Err(why) => p.fallbacks.push(("renderer", why)),

@@ -20,6 +20,32 @@ pub struct Args {
     /// Episode limit in control steps (simulator default 300).
     #[arg(long)]
     pub max_steps: Option<usize>,
+    /// Where the simulators render: `cpu`, `cuda` (the batched GPU
+    /// rasteriser, kernels/raster.cu, when a driver and NVRTC are there; the
+    /// CPU with one warning otherwise) or `auto` (the same, the fallback
+    /// logged as information). Physics runs on the CPU either way.
+    #[arg(long, default_value = "cpu")]
+    pub device: wmrl_run::DeviceChoice,
+}
+
+/// The GPU the simulators render with for `choice`, or `None` (the CPU),
+/// with one log line when the GPU was asked for and is not there.
+fn renderer(choice: wmrl_run::DeviceChoice) -> Option<std::sync::Arc<wmrl_sim::gpu::Gpu>> {
+    use wmrl_run::DeviceChoice;
+    if choice == DeviceChoice::Cpu {
+        return None;
+    }
+    match wmrl_sim::gpu::open(0) {
+        Ok(gpu) => Some(gpu),
+        Err(why) => {
+            let line = format!("--device {choice}: rendering on the CPU instead: {why}");
+            match choice {
+                DeviceChoice::Cuda => tracing::warn!("{line}"),
+                _ => tracing::info!("{line}"),
+            }
+            None
+        }
+    }
 }
 
 /// Build the simulators and bind the server.
@@ -31,7 +57,7 @@ fn bind(args: &Args) -> anyhow::Result<Server<LocalVecEnv<TabletopEnv>>> {
     if let Some(m) = args.max_steps {
         cfg.max_steps = m;
     }
-    let env = make_vec_env(&cfg, args.envs, None)?;
+    let env = make_vec_env(&cfg, args.envs, renderer(args.device).as_ref())?;
     let config = ServerConfig {
         name: "wmrl-serve-sim".into(),
         ..ServerConfig::default()
@@ -66,6 +92,7 @@ mod tests {
             envs: 2,
             image_size: 64,
             max_steps: Some(50),
+            device: wmrl_run::DeviceChoice::Cpu,
         };
         let mut server = bind(&args).unwrap();
         let endpoint = server.endpoint().to_string();

@@ -682,8 +682,8 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
         return write_json(path, cfg);
     }
     let recorded: BenchConfig = read_json(path)?;
-    // Where the models run is not what the bench computes: it resumes on
-    // another --device.
+    // Where the models run is not what the bench computes: it resumes under
+    // another `train.device` (`--set train.device="cuda"`).
     let ignore = ["seeds", "train.device"];
     if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "", &ignore) {
         return Err(Error::Config(format!(
@@ -692,7 +692,8 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
             path.display(),
         )));
     }
-    if recorded.seeds != cfg.seeds || recorded.train.device != cfg.train.device {
+    // Only the ignored keys can differ here: the record follows them.
+    if recorded != *cfg {
         write_json(path, cfg)?;
     }
     Ok(())

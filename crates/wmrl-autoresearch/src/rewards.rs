@@ -109,9 +109,7 @@ impl Default for RewardConfig {
     /// small-scale core settings.
     fn default() -> Self {
         let mut core = crate::train::small_scale_core();
-        // 0.25 is in (0, 1]: the fallback is never taken.
-        core.anchors.fraction =
-            wmrl_core::AnchorFraction::new(0.25).unwrap_or(wmrl_core::AnchorFraction::ALL);
+        core.anchors.fraction = wmrl_core::AnchorFraction::new(0.25).expect("0.25 is in (0, 1]");
         Self {
             arm: Arm::Wmrl,
             seed: 0,

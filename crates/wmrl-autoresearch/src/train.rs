@@ -1087,7 +1087,7 @@ fn check_inputs(
 
 /// The run directory opened ([`wmrl_run::RunDir::open`]): an interrupted
 /// run (a checkpoint and no summary) continues from its checkpoint (the
-/// same settings bar `steps`, or it is refused naming the first
+/// same settings bar `steps` and `device`, or it is refused naming the first
 /// difference); anything else starts fresh. Nothing is written.
 fn open_run(
     run_dir: Option<&RunDir>,

@@ -32,8 +32,7 @@ pub trait Track: Sized {
     /// world model it refitted...
     type State: Serialize + DeserializeOwned;
     /// The run's settings, as its run directory records them (the robot
-    /// track's config.toml, AutoResearch's config.json) and a resumed run
-    /// is checked against.
+    /// track's config.toml, AutoResearch's config.json).
     type Config: Serialize;
 
     /// The settings this run was made with.

@@ -220,15 +220,12 @@ pub fn first_difference_except<T: Serialize>(
     let value = |c: &T| {
         let mut v = serde_json::to_value(c).ok()?;
         for k in ignore {
-            let (parent, leaf) = match k.rsplit_once('.') {
-                Some((p, l)) => (Some(p), l),
-                None => (None, *k),
-            };
-            let mut at = Some(&mut v);
-            for part in parent.into_iter().flat_map(|p| p.split('.')) {
-                at = at.and_then(|x| x.get_mut(part));
-            }
-            if let Some(m) = at.and_then(|x| x.as_object_mut()) {
+            let (parent, leaf) = k.rsplit_once('.').unwrap_or(("", k));
+            let table = parent
+                .split('.')
+                .filter(|p| !p.is_empty())
+                .try_fold(&mut v, |v, p| v.get_mut(p));
+            if let Some(m) = table.and_then(|t| t.as_object_mut()) {
                 m.remove(leaf);
             }
         }

@@ -67,7 +67,7 @@ pub struct Args {
     pub minivla: Option<String>,
     /// Where the model trains: cpu, cuda (candle's CUDA backend, a build
     /// with `--features cuda`; the CPU with a warning otherwise) or auto.
-    /// Recorded as `[sft] device` (sft.json); overrides the config's.
+    /// Recorded as `device` in sft.json (`[sft] device` in the config file); overrides the config's.
     #[arg(long)]
     pub device: Option<wmrl_run::DeviceChoice>,
 }

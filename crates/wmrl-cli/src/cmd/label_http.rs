@@ -23,9 +23,8 @@
 //! that is not a queued rollout's frames.
 
 use std::collections::HashMap;
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,14 +32,20 @@ use serde::Deserialize;
 use serde_json::json;
 use wmrl_train::labels::{LabelError, LabelStore, QueueItem, Snapshot, Verdict};
 
-use super::http1::{read_head, read_to, send_continue, write_reply};
+use super::http::{self, Limits};
 
 /// The page: HTML, CSS and script in one file, no build step.
 const PAGE: &str = include_str!("label_page.html");
-/// Largest request body (a label is a few hundred bytes).
-const MAX_BODY: u64 = 64 << 10;
-const MAX_CONNECTIONS: usize = 64;
-const BODY_DEADLINE: Duration = Duration::from_secs(30);
+/// The page's limits: bodies of 64 KiB at most (a label is a few hundred
+/// bytes), 30 s for the headers and for a body, 64 connections at once
+/// (a browser keeps a few open per tab).
+pub const LIMITS: Limits = Limits {
+    header_deadline: Duration::from_secs(30),
+    body_deadline: Duration::from_secs(30),
+    max_body: 64 << 10,
+    require_length: false,
+    max_connections: 64,
+};
 /// Longest labeller name.
 const MAX_NAME: usize = 64;
 
@@ -423,73 +428,35 @@ fn percent_decode(s: &str) -> String {
 
 /// Serve until killed.
 pub fn serve(server: Arc<LabelServer>, listener: TcpListener) -> anyhow::Result<()> {
-    let connections = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        let Ok(mut stream) = stream else { continue };
-        if connections.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            connections.fetch_sub(1, Ordering::SeqCst);
-            let r = Reply::error(503, "too many connections; try again");
-            let _ = write_reply(&mut stream, r.status, r.content_type, &r.body);
-            continue;
-        }
-        let (server, conns) = (Arc::clone(&server), Arc::clone(&connections));
-        let spawned = std::thread::Builder::new()
-            .name("label-conn".into())
-            .spawn(move || {
-                connection(stream, &server);
-                conns.fetch_sub(1, Ordering::SeqCst);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("starting a connection thread: {e}");
-            connections.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-    Ok(())
+    serve_with(server, listener, LIMITS)
 }
 
-fn connection(mut stream: TcpStream, server: &LabelServer) {
-    let reply = match read_request(&mut stream) {
-        Ok((method, target, body)) => server.handle(&method, &target, &body),
-        Err(Some(r)) => r,
-        Err(None) => return,
+/// [`serve`] under other limits (tests shorten the deadlines).
+pub(crate) fn serve_with(
+    server: Arc<LabelServer>,
+    listener: TcpListener,
+    limits: Limits,
+) -> anyhow::Result<()> {
+    let handler = move |req: hyper::Request<hyper::body::Incoming>| {
+        let server = Arc::clone(&server);
+        async move {
+            let got = match http::read_body(req, &limits).await {
+                Ok(got) => got,
+                Err(r) => return http::json(r.status, &json!({ "error": r.message })),
+            };
+            // The store's reads and writes block on files and their lock:
+            // off the runtime's threads.
+            let answered = tokio::task::spawn_blocking(move || {
+                server.handle(&got.method, &got.target, &got.body)
+            })
+            .await;
+            match answered {
+                Ok(r) => http::reply(r.status, r.content_type, r.body),
+                Err(e) => http::json(500, &json!({ "error": format!("the request failed: {e}") })),
+            }
+        }
     };
-    if let Err(e) = write_reply(&mut stream, reply.status, reply.content_type, &reply.body) {
-        tracing::debug!("replying: {e}");
-    }
-}
-
-/// Read one request: method, target, body (capped).
-fn read_request(stream: &mut TcpStream) -> Result<(String, String, Vec<u8>), Option<Reply>> {
-    let (head, mut body) =
-        read_head(stream).map_err(|r| r.map(|r| Reply::error(r.status, r.message)))?;
-    if head.chunked {
-        return Err(Some(Reply::error(
-            411,
-            "a chunked body is not accepted: send Content-Length",
-        )));
-    }
-    let len = head.content_length.unwrap_or(0);
-    if len > MAX_BODY {
-        return Err(Some(Reply::error(
-            413,
-            format!("a body of {len} bytes is over the {MAX_BODY}-byte cap"),
-        )));
-    }
-    if len > 0 {
-        if head.expect_continue {
-            send_continue(stream).map_err(|_| None)?;
-        }
-        read_to(
-            stream,
-            &mut body,
-            len as usize,
-            Instant::now() + BODY_DEADLINE,
-        )
-        .map_err(|e| Some(Reply::error(e.status(), e.to_string())))?;
-    } else {
-        body.clear();
-    }
-    Ok((head.method, head.target, body))
+    http::serve(listener, limits, None, handler)
 }
 
 #[cfg(test)]

@@ -4,13 +4,14 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wmrl_env::Frame;
 use wmrl_train::labels::queue::write_strip;
 use wmrl_train::labels::{LabelStore, QueueItem, Verdict};
 
-use super::{LabelServer, serve};
+use super::{LIMITS, LabelServer, serve_with};
+use crate::cmd::http::Limits;
 
 fn item(id: &str, step: usize) -> QueueItem {
     QueueItem {
@@ -48,11 +49,15 @@ fn run_dir(dir: &Path, ids: &[&str]) -> LabelStore {
 }
 
 fn start(dir: &Path, token: Option<&str>) -> SocketAddr {
+    start_with(dir, token, LIMITS)
+}
+
+fn start_with(dir: &Path, token: Option<&str>, limits: Limits) -> SocketAddr {
     let server =
         LabelServer::open(dir, token.map(String::from), Duration::from_secs(60)).expect("open");
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("addr");
-    std::thread::spawn(move || serve(Arc::new(server), listener));
+    std::thread::spawn(move || serve_with(Arc::new(server), listener, limits));
     addr
 }
 
@@ -62,7 +67,7 @@ fn call(addr: SocketAddr, method: &str, target: &str, body: &str) -> (u16, Vec<u
     s.set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");
     let req = format!(
-        "{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(req.as_bytes()).expect("send");
@@ -261,4 +266,86 @@ fn a_run_reading_the_simulator_is_refused() {
         .err()
         .expect("refused");
     assert!(e.to_string().contains("labels.source"), "{e}");
+}
+
+#[test]
+fn a_body_over_the_cap_is_refused_at_the_header_and_nothing_is_labelled() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    run_dir(tmp.path(), &["a"]);
+    let addr = start(tmp.path(), None);
+    // Announced over the cap: answered 413 without the body being sent.
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    let head = format!(
+        "POST /api/label HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n",
+        LIMITS.max_body + 1
+    );
+    s.write_all(head.as_bytes()).expect("send");
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).expect("reply");
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    let (_, st) = json(addr, "GET", "/api/state", "");
+    assert_eq!(st["labelled"], 0, "{st}");
+}
+
+#[test]
+fn a_silent_client_delays_no_labeller_and_is_dropped_at_the_header_deadline() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    run_dir(tmp.path(), &["a"]);
+    let limits = Limits {
+        header_deadline: Duration::from_secs(1),
+        ..LIMITS
+    };
+    let addr = start_with(tmp.path(), None, limits);
+    let mut silent = TcpStream::connect(addr).expect("connect");
+    let mut partial = TcpStream::connect(addr).expect("connect");
+    partial.write_all(b"GET /api/sta").expect("send");
+    let t = Instant::now();
+    let (s, v) = label(addr, "a", "success", "ann");
+    assert_eq!(s, 200, "{v}");
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    for c in [&mut silent, &mut partial] {
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut out = Vec::new();
+        let _ = c.read_to_end(&mut out);
+        assert!(
+            t.elapsed() < Duration::from_secs(4),
+            "still open after {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn fifty_concurrent_labellers_are_all_answered_and_each_rollout_is_labelled_once() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ids: Vec<String> = (0..10).map(|k| format!("r{k}")).collect();
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    run_dir(tmp.path(), &refs);
+    let addr = start(tmp.path(), None);
+    // Five labellers race for each of ten rollouts, all at once.
+    let clients: Vec<_> = (0..50)
+        .map(|k| {
+            let id = format!("r{}", k % 10);
+            std::thread::spawn(move || label(addr, &id, "success", &format!("l{k}")).0)
+        })
+        .collect();
+    let statuses: Vec<u16> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    assert!(
+        statuses.iter().all(|s| [200, 409].contains(s)),
+        "{statuses:?}"
+    );
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
+    let (_, st) = json(addr, "GET", "/api/state", "");
+    assert_eq!(st["labelled"], 10, "{st}");
 }

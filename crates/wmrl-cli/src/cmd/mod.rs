@@ -7,7 +7,7 @@ pub mod demos;
 pub mod episodes;
 pub mod eval;
 pub mod export;
-pub mod http1;
+pub mod http;
 pub mod label;
 pub mod label_http;
 pub mod quickstart;

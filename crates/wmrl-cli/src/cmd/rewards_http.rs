@@ -1,32 +1,41 @@
 //! HTTP front of `wmrl autoresearch serve-rewards` (docs/autoresearch.md):
-//! JSON over HTTP/1.1 so that any trainer's Python reaches it with the
-//! standard library. Reward requests are scored one at a time on one thread
-//! (the correction loop is sequential); every connection has a thread of its
-//! own, so `GET /v1/health` answers from a snapshot while a request is being
-//! scored. A body is judged by its header: a `Content-Length` over the cap
-//! is refused with 413 before any of the body is read. Every reply closes
-//! its connection. A bad request gets a 4xx reply with `{"error": ...}` and
+//! JSON over HTTP/1.1 (hyper, through [`super::http`]) so that any
+//! trainer's Python reaches it with the standard library. Reward requests
+//! are scored one at a time on one thread (the correction loop is
+//! sequential); connections are served concurrently, so `GET /v1/health`
+//! answers from a snapshot while a request is being scored, and a client
+//! that sends nothing delays nobody. A body is judged by its header: a
+//! `Content-Length` over the cap is refused with 413 before any of the
+//! body is read. A bad request gets a 4xx reply with `{"error": ...}` and
 //! changes nothing.
 //!
 //! This module must never read or hold more of a request than its caps
 //! allow, nor let one client's request hold up another's health check.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::net::TcpListener;
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use tokio::sync::{Notify, oneshot};
 use wmrl_autoresearch::rewards::{PROTOCOL, RewardReply, RewardRequest, RewardService};
 
-use super::http1::{Refusal, read_head, read_to, send_continue, write_json};
+use super::http::{self, Body, Limits, Refusal};
 
 /// Largest request body accepted (a group of long solutions is far less).
 pub const MAX_BODY: u64 = 16 << 20;
-/// Connections served at once; more get 503 at once.
-const MAX_CONNECTIONS: usize = 64;
-/// Time a client has to send its body.
-const BODY_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The service's limits: 16 MiB bodies with a length, 120 s to send one,
+/// 30 s for the headers, 64 connections at once.
+pub const LIMITS: Limits = Limits {
+    header_deadline: Duration::from_secs(30),
+    body_deadline: Duration::from_secs(120),
+    max_body: MAX_BODY,
+    require_length: true,
+    max_connections: 64,
+};
 
 /// What scores reward requests: the reward service, or a stand-in in tests.
 pub trait Scorer: Send + 'static {
@@ -64,10 +73,8 @@ struct Health {
 
 struct Shared {
     health: Mutex<Health>,
-    /// Set once `max_requests` were answered.
-    stop: AtomicBool,
-    connections: AtomicUsize,
-    addr: SocketAddr,
+    jobs: mpsc::Sender<Job>,
+    limits: Limits,
 }
 
 impl Shared {
@@ -82,7 +89,7 @@ impl Shared {
 /// One reward request handed to the scoring thread, and where its reply goes.
 struct Job {
     request: RewardRequest,
-    reply: mpsc::Sender<Reply>,
+    reply: oneshot::Sender<Reply>,
 }
 
 /// A status and a JSON body.
@@ -101,16 +108,15 @@ impl Reply {
             body: serde_json::json!({ "protocol": PROTOCOL, "error": message.into() }),
         }
     }
+    fn into_response(self) -> Response<Body> {
+        http::json(self.status, &self.body)
+    }
 }
 
 impl From<Refusal> for Reply {
     fn from(r: Refusal) -> Self {
         Self::error(r.status, r.message)
     }
-}
-
-fn write_reply(stream: &mut TcpStream, reply: &Reply) -> std::io::Result<()> {
-    write_json(stream, reply.status, &reply.body.to_string())
 }
 
 /// Listen on `bind` (port 0: any free port; the address is in the result).
@@ -121,7 +127,18 @@ pub fn bind(bind: &str) -> anyhow::Result<TcpListener> {
 /// Serve until killed, or until `max_requests` reward requests were
 /// answered (0: no limit).
 pub fn serve<S: Scorer>(scorer: S, listener: TcpListener, max_requests: u64) -> anyhow::Result<()> {
+    serve_with(scorer, listener, max_requests, LIMITS)
+}
+
+/// [`serve`] under other limits (tests shorten the deadlines).
+fn serve_with<S: Scorer>(
+    scorer: S,
+    listener: TcpListener,
+    max_requests: u64,
+    limits: Limits,
+) -> anyhow::Result<()> {
     let (requests, labels_total, sandbox_cpu_secs_total) = scorer.totals();
+    let (jobs, inbox) = mpsc::channel::<Job>();
     let shared = Arc::new(Shared {
         health: Mutex::new(Health {
             requests,
@@ -129,54 +146,42 @@ pub fn serve<S: Scorer>(scorer: S, listener: TcpListener, max_requests: u64) -> 
             sandbox_cpu_secs_total,
             ..Health::default()
         }),
-        stop: AtomicBool::new(false),
-        connections: AtomicUsize::new(0),
-        addr: listener.local_addr()?,
+        jobs,
+        limits,
     });
-    let (jobs, inbox) = mpsc::channel::<Job>();
+    let stop = Arc::new(Notify::new());
     let scoring = {
         let shared = Arc::clone(&shared);
+        let stop = Arc::clone(&stop);
         std::thread::Builder::new()
             .name("score".into())
-            .spawn(move || score_loop(scorer, &inbox, &shared, max_requests))?
-    };
-    for stream in listener.incoming() {
-        // The scoring thread ends early only by panicking: stop, and say so.
-        if shared.stop.load(Ordering::SeqCst) || scoring.is_finished() {
-            break;
-        }
-        let stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accepting a connection: {e}");
-                continue;
-            }
-        };
-        if shared.connections.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
-            let mut stream = stream;
-            let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
-            let _ = write_reply(&mut stream, &Reply::error(503, "too many connections"));
-            continue;
-        }
-        let conn_shared = Arc::clone(&shared);
-        let jobs = jobs.clone();
-        let spawned = std::thread::Builder::new()
-            .name("conn".into())
             .spawn(move || {
-                connection(stream, &conn_shared, &jobs);
-                conn_shared.connections.fetch_sub(1, Ordering::SeqCst);
-            });
-        if let Err(e) = spawned {
-            tracing::warn!("starting a connection thread: {e}");
-            shared.connections.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
-    drop(jobs);
+                // The loop ends by answering its last request or by
+                // panicking: either way the server stops.
+                let _stop = StopOnDrop(stop);
+                score_loop(scorer, &inbox, &shared, max_requests);
+            })?
+    };
+    let handler = move |req: Request<Incoming>| {
+        let shared = Arc::clone(&shared);
+        async move { route(&shared, req).await.into_response() }
+    };
+    // The scoring thread holds a sender of its own inbox: it ends only as
+    // above, so it is joined only once the server stopped on its word.
+    http::serve(listener, limits, Some(stop), handler)?;
     scoring
         .join()
         .map_err(|_| anyhow::anyhow!("the scoring thread panicked"))?;
     Ok(())
+}
+
+/// Notifies the server's stop when dropped.
+struct StopOnDrop(Arc<Notify>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
 }
 
 /// The scoring thread: one request at a time, in arrival order.
@@ -214,22 +219,19 @@ fn score_loop<S: Scorer>(
             h.labels_total = labels_total;
             h.sandbox_cpu_secs_total = sandbox_cpu_secs_total;
         }
-        let last = max_requests > 0 && answered >= max_requests;
-        if last {
-            shared.stop.store(true, Ordering::SeqCst);
-        }
         // The client may have gone; its reply is then dropped.
         let _ = job.reply.send(reply);
-        if last {
+        if max_requests > 0 && answered >= max_requests {
             return;
         }
     }
 }
 
-/// One connection: one request, one reply, then close.
-fn connection(mut stream: TcpStream, shared: &Shared, jobs: &mpsc::Sender<Job>) {
-    let reply = match read_request(&mut stream) {
-        Ok(Request::Health) => {
+/// One request's reply.
+async fn route(shared: &Shared, req: Request<Incoming>) -> Reply {
+    let path = req.uri().path().to_string();
+    match (req.method().as_str(), path.as_str()) {
+        ("GET", "/v1/health") => {
             let h = shared.health().clone();
             Reply::ok(serde_json::json!({
                 "protocol": PROTOCOL,
@@ -241,89 +243,36 @@ fn connection(mut stream: TcpStream, shared: &Shared, jobs: &mpsc::Sender<Job>) 
                 "queued": h.queued,
             }))
         }
-        Ok(Request::Rewards(request)) => {
-            let (tx, rx) = mpsc::channel();
-            shared.health().queued += 1;
-            if jobs.send(Job { request, reply: tx }).is_err() {
-                shared.health().queued -= 1;
-                Reply::error(503, "the service is stopping")
-            } else {
-                rx.recv()
-                    .unwrap_or_else(|_| Reply::error(503, "the service stopped before answering"))
-            }
-        }
-        Err(Some(reply)) => reply,
-        // The client went away before sending a whole request.
-        Err(None) => return,
-    };
-    if let Err(e) = write_reply(&mut stream, &reply) {
-        tracing::debug!("replying: {e}");
-    }
-    if shared.stop.load(Ordering::SeqCst) {
-        // Wake the accept loop so that it sees the stop.
-        let mut addr = shared.addr;
-        if addr.ip().is_unspecified() {
-            addr.set_ip(match addr {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
-        }
-        let _ = TcpStream::connect_timeout(&addr, Duration::from_secs(1));
+        ("POST", "/v1/rewards") => match http::read_body(req, &shared.limits).await {
+            Ok(got) => match serde_json::from_slice::<RewardRequest>(&got.body) {
+                Ok(request) => score(shared, request).await,
+                Err(e) => Reply::error(400, format!("not a reward request: {e}")),
+            },
+            Err(r) => r.into(),
+        },
+        (_, "/v1/rewards" | "/v1/health") => Reply::error(405, "method not allowed"),
+        (_, other) => Reply::error(404, format!("no endpoint {other}")),
     }
 }
 
-enum Request {
-    Health,
-    Rewards(RewardRequest),
-}
-
-/// Read one request. `Err(Some(reply))`: refuse it with that reply;
-/// `Err(None)`: nothing to answer.
-fn read_request(stream: &mut TcpStream) -> Result<Request, Option<Reply>> {
-    let (head, mut body) = read_head(stream).map_err(|r| r.map(Reply::from))?;
-    match (head.method.as_str(), head.target.as_str()) {
-        ("GET", "/v1/health") => Ok(Request::Health),
-        ("POST", "/v1/rewards") => {
-            if head.chunked {
-                return Err(Some(Reply::error(
-                    411,
-                    "a chunked body is not accepted: send Content-Length",
-                )));
-            }
-            let Some(len) = head.content_length else {
-                return Err(Some(Reply::error(411, "send Content-Length")));
-            };
-            if len > MAX_BODY {
-                return Err(Some(Reply::error(
-                    413,
-                    format!("request of {len} bytes; at most {MAX_BODY}"),
-                )));
-            }
-            if head.expect_continue {
-                send_continue(stream).map_err(|_| None)?;
-            }
-            // Bounded by MAX_BODY above.
-            let len = len as usize;
-            body.truncate(len);
-            read_to(stream, &mut body, len, Instant::now() + BODY_DEADLINE).map_err(|e| {
-                Some(Reply::error(
-                    e.status(),
-                    format!("reading the request: {e}"),
-                ))
-            })?;
-            serde_json::from_slice::<RewardRequest>(&body)
-                .map(Request::Rewards)
-                .map_err(|e| Some(Reply::error(400, format!("not a reward request: {e}"))))
-        }
-        (_, "/v1/rewards" | "/v1/health") => Err(Some(Reply::error(405, "method not allowed"))),
-        (_, other) => Err(Some(Reply::error(404, format!("no endpoint {other}")))),
+/// Hand a request to the scoring thread and wait for its reply.
+async fn score(shared: &Shared, request: RewardRequest) -> Reply {
+    let (tx, rx) = oneshot::channel();
+    shared.health().queued += 1;
+    if shared.jobs.send(Job { request, reply: tx }).is_err() {
+        shared.health().queued -= 1;
+        return Reply::error(503, "the service is stopping");
     }
+    rx.await
+        .unwrap_or_else(|_| Reply::error(503, "the service stopped before answering"))
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::time::Instant;
 
     use super::*;
 
@@ -363,21 +312,34 @@ mod tests {
 
     /// A server on a free loopback port; the handle returns when it stops.
     fn start(delay_ms: u64, max: u64) -> (SocketAddr, std::thread::JoinHandle<()>) {
+        start_with(delay_ms, max, LIMITS)
+    }
+
+    fn start_with(
+        delay_ms: u64,
+        max: u64,
+        limits: Limits,
+    ) -> (SocketAddr, std::thread::JoinHandle<()>) {
         let l = bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let scorer = Slow {
             delay: Duration::from_millis(delay_ms),
             answered: 0,
         };
-        let h = std::thread::spawn(move || serve(scorer, l, max).unwrap());
+        let h = std::thread::spawn(move || serve_with(scorer, l, max, limits).unwrap());
         (addr, h)
     }
 
-    /// Send `raw`, read the whole reply: (status, body).
+    /// Send `raw` (as the one request of its connection: `Connection:
+    /// close` is added after the request line), read the whole reply:
+    /// (status, body).
     fn exchange(addr: SocketAddr, raw: &[u8]) -> (u16, serde_json::Value) {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        s.write_all(raw).unwrap();
+        let line = raw.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+        s.write_all(&raw[..line]).unwrap();
+        s.write_all(b"Connection: close\r\n").unwrap();
+        s.write_all(&raw[line..]).unwrap();
         let mut out = Vec::new();
         s.read_to_end(&mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -476,5 +438,70 @@ mod tests {
         assert_eq!(health(addr)["requests"], 0);
         assert_eq!(post(addr, REQUEST).0, 200);
         h.join().unwrap();
+    }
+
+    #[test]
+    fn a_silent_client_delays_nobody_and_is_dropped_at_the_header_deadline() {
+        let limits = Limits {
+            header_deadline: Duration::from_secs(1),
+            ..LIMITS
+        };
+        let (addr, _h) = start_with(0, 0, limits);
+        // One client connects and sends nothing; another sends half a
+        // request line.
+        let mut silent = TcpStream::connect(addr).unwrap();
+        let mut partial = TcpStream::connect(addr).unwrap();
+        partial.write_all(b"POST /v1/rew").unwrap();
+        let t = Instant::now();
+        assert_eq!(post(addr, REQUEST).0, 200);
+        assert_eq!(health(addr)["requests"], 1);
+        assert!(
+            t.elapsed() < Duration::from_millis(900),
+            "{:?}",
+            t.elapsed()
+        );
+        // Both are closed once the deadline passed, with nothing sent back
+        // but the close.
+        for s in [&mut silent, &mut partial] {
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            assert!(
+                t.elapsed() < Duration::from_secs(4),
+                "still open after {:?}",
+                t.elapsed()
+            );
+        }
+    }
+
+    #[test]
+    fn fifty_concurrent_clients_are_all_answered_and_a_connection_carries_several_requests() {
+        let (addr, _h) = start(20, 0);
+        let clients: Vec<_> = (0..50)
+            .map(|k| {
+                std::thread::spawn(move || {
+                    if k % 2 == 0 {
+                        post(addr, REQUEST).0
+                    } else {
+                        exchange(addr, b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n").0
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            assert_eq!(c.join().unwrap(), 200);
+        }
+        assert_eq!(health(addr)["requests"], 25);
+        // Keep-alive: two requests, two replies, one connection.
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.matches("HTTP/1.1 200").count(), 2, "{text}");
     }
 }

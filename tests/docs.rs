@@ -118,3 +118,95 @@ fn the_label_guide_is_linked_and_its_screenshot_is_there() {
         assert!(doc.contains(needle), "docs/labels.md names {needle}");
     }
 }
+
+/// README's quickstart table: (policy, greedy %, sampled %) per row, from
+/// the indented block that starts with the quickstart's own heading line.
+fn readme_quickstart_rows(readme: &str) -> Vec<(String, f64, f64)> {
+    let start = readme
+        .find("    Held-out success on the config's evaluation states")
+        .expect("README shows the quickstart's table as the quickstart prints it");
+    let mut rows = Vec::new();
+    for line in readme[start..].lines().skip(2) {
+        if !line.starts_with("    ") || line.trim().is_empty() {
+            break;
+        }
+        // "sparse seed 0   58.8% [42.2, 73.6]   +8.8   63.2% [...]": the
+        // name is what comes before the first percentage ("(25%" in
+        // "wmrl (25% labels)" is not one).
+        let pct = |w: &str| w.strip_suffix('%').and_then(|x| x.parse::<f64>().ok());
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let first = words
+            .iter()
+            .position(|w| pct(w).is_some())
+            .expect("a percentage");
+        let name = words[..first].join(" ");
+        let pcts: Vec<f64> = words.iter().filter_map(|w| pct(w)).collect();
+        assert_eq!(pcts.len(), 2, "greedy and sampled in: {line}");
+        rows.push((name, pcts[0], pcts[1]));
+    }
+    rows
+}
+
+#[test]
+fn readme_quickstart_figures_lie_in_the_range_the_quickstart_prints() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let rows = readme_quickstart_rows(&readme);
+    assert_eq!(rows.len(), 3, "start, sparse, wmrl: {rows:?}");
+    // The range `wmrl quickstart` prints under its table, from the same
+    // committed seed bench and the same function.
+    let spread = wmrl_train::spread::bench_spread(
+        &root.join("results/quickstart_seeds"),
+        &["sparse", "wmrl"],
+    )
+    .unwrap();
+    for (name, greedy, sampled) in rows {
+        let policy = if name.starts_with("SFT") {
+            "start"
+        } else {
+            name.split_whitespace().next().unwrap()
+        };
+        let s = spread
+            .iter()
+            .find(|s| s.policy == policy)
+            .unwrap_or_else(|| panic!("no range for `{policy}`"));
+        let ((glo, ghi), samp) = s.expected();
+        let (slo, shi) = samp.expect("the quickstart takes the sampled measure");
+        assert!(
+            (glo..=ghi).contains(&greedy),
+            "README's {name} greedy {greedy}% is outside the printed range {glo:.1}-{ghi:.1}"
+        );
+        assert!(
+            (slo..=shi).contains(&sampled),
+            "README's {name} sampled {sampled}% is outside the printed range {slo:.1}-{shi:.1}"
+        );
+        // README quotes the range too: its digits must be the printed ones.
+        for (lo, hi) in [(glo, ghi), (slo, shi)] {
+            let quoted = format!("{lo:.1}-{hi:.1}");
+            assert!(
+                readme.contains(&quoted),
+                "README quotes {policy}'s range {quoted}"
+            );
+        }
+    }
+}
+
+#[test]
+fn readme_is_a_front_door_not_a_history() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let n = readme.lines().count();
+    assert!(
+        n < 150,
+        "README.md has {n} lines; the history goes to CHANGELOG.md"
+    );
+    for needle in [
+        "./scripts/quickstart",
+        "./scripts/test",
+        "## Results",
+        "## Bring your own",
+        "## Docs",
+    ] {
+        assert!(readme.contains(needle), "README.md has {needle}");
+    }
+}

@@ -149,7 +149,12 @@ pub struct ArmResult {
     pub labels: f64,
     pub sim_steps: f64,
     pub wm_rollouts: f64,
+    /// Mean wall seconds of a run's training phases (simulation, world
+    /// model, sampling, update).
     pub wall_train_seconds: f64,
+    /// Mean process CPU seconds of the same phases, where every run
+    /// measured them (runs from 2026-12-03 on).
+    pub cpu_train_seconds: Option<f64>,
 }
 
 /// Collect finished runs of a bench directory.
@@ -194,6 +199,17 @@ pub fn collect_results(bench: &Path, arms: &[BenchArm], seeds: &[u64]) -> Result
                     + r.ledger.policy_seconds
                     + r.ledger.update_seconds
             }),
+            cpu_train_seconds: runs
+                .iter()
+                .all(|r| r.ledger.policy_cpu_seconds > 0.0)
+                .then(|| {
+                    mean(&|r| {
+                        r.ledger.real_cpu_seconds
+                            + r.ledger.wm_cpu_seconds
+                            + r.ledger.policy_cpu_seconds
+                            + r.ledger.update_cpu_seconds
+                    })
+                }),
             runs,
         });
     }
@@ -248,7 +264,7 @@ pub fn write_report(
     );
     report.section(
         "Success rate",
-        &format!("A run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it.\n\n{table}"),
+        &format!("A run's figure is its last checkpoint's greedy success on every held-out (task, state) (fixed before any result). `start` is the shared SFT policy, evaluated once on the same episodes; gains are paired with it. `sampled` is the paper's measure (sampled episodes at the rollout temperature per held-out state), where the runs took it. A gain's interval is over seeds: it counts the arm's spread, not the start's own sampling error (the start's Wilson interval; `scripts/gain-with-start-error.py` widens a gain by it). `train CPU s` is a run's mean process CPU seconds in its training phases (simulation, world model, sampling, update; `-` where the runs did not measure it), `train wall s` the same phases' wall seconds.\n\n{table}"),
     );
     // Pairs name the bench's arms, finished or not: an arm with no
     // finished run leaves its comparisons incomplete, not the report failed.
@@ -292,13 +308,16 @@ fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
     let mut table = String::new();
     let _ = writeln!(
         table,
-        "| arm | regime | seeds | held-out greedy % (95% CI) | gain over start, points (95% CI) | held-out sampled % | sampled gain, points (95% CI) | in-domain % | labels | sim steps | WM-scored rollouts | train s |"
+        "| arm | regime | seeds | held-out greedy % (95% CI) | gain over start, points (95% CI) | held-out sampled % | sampled gain, points (95% CI) | in-domain % | labels | sim steps | WM-scored rollouts | train CPU s | train wall s |"
     );
-    let _ = writeln!(table, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        table,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
     if let Some(s0) = start {
         let _ = writeln!(
             table,
-            "| start (SFT) | - | 1 | {:.1} [{:.1}, {:.1}] (Wilson) | - | {} | - | {} | 0 | 0 | 0 | 0 |",
+            "| start (SFT) | - | 1 | {:.1} [{:.1}, {:.1}] (Wilson) | - | {} | - | {} | 0 | 0 | 0 | 0 | 0 |",
             100.0 * s0.heldout.rate,
             100.0 * s0.heldout.ci_low,
             100.0 * s0.heldout.ci_high,
@@ -332,7 +351,7 @@ fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
             });
         let _ = writeln!(
             table,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} | {:.0} |",
             r.name,
             regime,
             r.runs.len(),
@@ -344,6 +363,8 @@ fn success_table(results: &[ArmResult], start: Option<&RunSummary>) -> String {
             r.labels,
             r.sim_steps,
             r.wm_rollouts,
+            r.cpu_train_seconds
+                .map_or("-".into(), |c| format!("{c:.0}")),
             r.wall_train_seconds,
         );
     }
@@ -722,6 +743,7 @@ mod tests {
             sim_steps: 0.0,
             wm_rollouts: 0.0,
             wall_train_seconds: 0.0,
+            cpu_train_seconds: None,
             runs,
         }
     }

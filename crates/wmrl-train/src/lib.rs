@@ -15,6 +15,7 @@ pub mod labels;
 pub mod metrics;
 pub mod plot;
 pub mod rollout;
+pub mod spread;
 pub mod trainer;
 pub mod wm_refit;
 

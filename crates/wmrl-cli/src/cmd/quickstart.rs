@@ -19,7 +19,7 @@ pub struct Args {
     #[arg(long, default_value = "runs/quickstart")]
     pub out: PathBuf,
     /// Post-training config shared by both arms.
-    #[arg(long, default_value = "configs/quickstart.toml")]
+    #[arg(long, default_value = DEFAULT_CONFIG)]
     pub config: PathBuf,
     /// Record demonstrations, train the SFT policy and the world model here
     /// (about 28 minutes more) instead of starting from the shipped ones.
@@ -51,14 +51,14 @@ pub struct Args {
     /// default; its MODEL_CARD.md).
     #[arg(
         long,
-        default_value = "models/policy-tiny",
+        default_value = DEFAULT_POLICY,
         conflicts_with = "from_scratch"
     )]
     pub sft_policy: PathBuf,
     /// The world model (ONNX) of the `wmrl` arm (the shipped one by default).
     #[arg(
         long,
-        default_value = "models/progress-tiny/model.onnx",
+        default_value = DEFAULT_WORLD_MODEL,
         conflicts_with = "from_scratch"
     )]
     pub world_model: PathBuf,
@@ -74,7 +74,17 @@ pub struct Args {
     /// Seeds per arm.
     #[arg(long, default_value_t = 1)]
     pub seeds: u64,
+    /// A committed bench of the default quickstart over several seeds; the
+    /// range each policy's figures took there (widened for another CPU) is
+    /// printed under the table when the quickstart runs with its defaults.
+    #[arg(long, default_value = "results/quickstart_seeds")]
+    pub spread: PathBuf,
 }
+
+/// The quickstart's settings that the committed seed bench was run with.
+const DEFAULT_CONFIG: &str = "configs/quickstart.toml";
+const DEFAULT_POLICY: &str = "models/policy-tiny";
+const DEFAULT_WORLD_MODEL: &str = "models/progress-tiny/model.onnx";
 
 fn stage<S: AsRef<str>>(name: &str, done: bool, args: &[S]) -> anyhow::Result<f64> {
     if done {
@@ -188,6 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     ));
 
     print_table(&args, &train_cfg, &bench)?;
+    print_spread(&args);
     println!();
     for (name, secs) in &timings {
         println!("{name:<22} {secs:>7.0} s");
@@ -327,6 +338,32 @@ fn print_table(
         "\nGains in points over the start. `resolved` where the arm's 95% interval of the sampled measure (the paper's) does not overlap the start's, `not resolved` otherwise: one seed tells a gain from noise only that far; the shuffled-advantage control (`--arms sparse,wmrl,sparse_shuffled`) and the bench over seeds (docs/results.md) say more. `wmrl` here has a quarter of the labels (`wmrl.anchors.fraction = 0.25`); its comparison with full-label `sparse` at equal rollouts is the method's scarce-label claim."
     );
     Ok(())
+}
+
+/// Under the table: the range the default quickstart's figures took over
+/// the committed seed bench, or why there is none for these settings.
+fn print_spread(args: &Args) {
+    let defaults = !args.from_scratch
+        && args.steps.is_none()
+        && args.config == Path::new(DEFAULT_CONFIG)
+        && args.sft_policy == Path::new(DEFAULT_POLICY)
+        && args.world_model == Path::new(DEFAULT_WORLD_MODEL);
+    println!();
+    if !defaults {
+        println!(
+            "No committed seed range for these settings ({} is for the default config, start and steps); `--seeds N` measures one.",
+            args.spread.display()
+        );
+        return;
+    }
+    let arms: Vec<&str> = args.arms.split(',').map(str::trim).collect();
+    match wmrl_train::spread::bench_spread(&args.spread, &arms) {
+        Ok(spread) => print!(
+            "{}",
+            wmrl_train::spread::spread_lines(&spread, &args.spread.display().to_string())
+        ),
+        Err(e) => println!("No seed range to compare with: {e}"),
+    }
 }
 
 /// "task 0, states 16-49" and the like, from the config's `[eval]`.

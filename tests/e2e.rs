@@ -727,3 +727,108 @@ fn a_rollout_whose_worker_died_is_rerun_whole_and_marked() {
         "the rollouts drained the restart"
     );
 }
+
+#[test]
+fn flat_groups_are_redrawn_charged_and_the_recipe_resumes_exactly() {
+    if !runtime_or_skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (_, wm) = fixtures(tmp.path());
+    // The shipped SFT policy on task 4, which it solves about half the
+    // time: some groups are flat (all solved or all failed), some carry a
+    // signal. The field's recipe keys (issue 41): dynamic sampling,
+    // clip-higher, no KL, a hot rollout temperature, two passes.
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/policy-tiny");
+    let recipe = |redraw_rounds: usize| {
+        let mut c = config(Arm::Sparse, &shipped, &wm, 3);
+        c.env.sim.image_size = 128;
+        c.env.sim.max_steps = 160;
+        c.rollout.tasks = vec![4];
+        c.rollout.redraw_rounds = redraw_rounds;
+        c.rollout.temperature = 0.7;
+        c.update.loss.clip_high = 0.28;
+        c.update.loss.kl_beta = 0.0;
+        c.update.inner_epochs = 2;
+        c.eval.tasks = vec![4];
+        c
+    };
+    let whole = tmp.path().join("whole");
+    let s = Trainer::create(recipe(3), &whole)
+        .expect("create")
+        .run(|_| {})
+        .expect("run");
+    let ma: Vec<StepMetrics> = read_all(&whole.join("metrics.jsonl")).expect("a");
+    assert_eq!(ma.len(), 3);
+    let redrawn: usize = ma.iter().map(|m| m.redrawn_groups).sum();
+    assert!(redrawn > 0, "no flat group was drawn again");
+    for m in &ma {
+        // Each round redraws what is still flat: at most two groups thrice.
+        assert!(m.redrawn_groups <= 6, "{}", m.redrawn_groups);
+        assert_eq!(
+            m.labels_used,
+            2 * (2 + m.redrawn_groups),
+            "the dropped groups' labels are paid for"
+        );
+    }
+    // Every rollout drawn, the dropped ones included, is a real execution
+    // in the ledger.
+    assert_eq!(s.ledger.redrawn_groups, redrawn as u64);
+    assert_eq!(s.ledger.real_executions, 2 * (6 + redrawn as u64));
+    assert_eq!(s.ledger.labels, s.ledger.real_executions);
+    assert!(
+        ma.iter().any(|m| m.samples_updated > 0),
+        "nothing was learnt"
+    );
+
+    let weights = |d: &Path| {
+        std::fs::read(d.join("checkpoint/policy").join(wmrl_policy::WEIGHTS_FILE)).expect("w")
+    };
+    // Off, the same seed draws the same first groups and keeps them: the
+    // update sees other rollouts, and nothing is counted as redrawn.
+    let plain = tmp.path().join("plain");
+    let p = Trainer::create(recipe(0), &plain)
+        .expect("create")
+        .run(|_| {})
+        .expect("run");
+    assert_eq!((p.ledger.redrawn_groups, p.ledger.real_executions), (0, 12));
+    let mp: Vec<StepMetrics> = read_all(&plain.join("metrics.jsonl")).expect("plain");
+    assert!(
+        mp.iter()
+            .all(|m| m.redrawn_groups == 0 && m.labels_used == 4)
+    );
+    assert!(
+        weights(&plain) != weights(&whole),
+        "the redrawn rollouts were not used"
+    );
+    let toml = std::fs::read_to_string(plain.join("config.toml")).expect("config");
+    assert!(!toml.contains("redraw_rounds"), "off is not written");
+    // Every other arm is refused: they do not label every group.
+    let mut c = recipe(2);
+    c.arm = Arm::Wmrl;
+    let Err(err) = Trainer::create(c, &tmp.path().join("wmrl")) else {
+        panic!("redrawing in an arm that labels a fraction of groups");
+    };
+    assert!(err.to_string().contains("rollout.redraw_rounds"), "{err}");
+
+    let cut = tmp.path().join("cut");
+    let mut b = Trainer::create(recipe(3), &cut).expect("create");
+    b.train_step().expect("step 0");
+    b.train_step().expect("step 1");
+    b.checkpoint().expect("checkpoint");
+    b.train_step().expect("lost step");
+    drop(b);
+    let mut b = Trainer::resume(&cut).expect("resume");
+    assert_eq!(b.steps_done(), 2);
+    let sb = b.run(|_| {}).expect("finish");
+    let mb: Vec<StepMetrics> = read_all(&cut.join("metrics.jsonl")).expect("b");
+    assert_eq!(
+        ma.into_iter().map(without_seconds).collect::<Vec<_>>(),
+        mb.into_iter().map(without_seconds).collect::<Vec<_>>()
+    );
+    assert_eq!(sb.ledger.real_executions, s.ledger.real_executions);
+    assert!(
+        weights(&whole) == weights(&cut),
+        "final weights differ after resume"
+    );
+}

@@ -72,6 +72,80 @@ pub struct StepStats {
     pub adv_abs_max: f64,
 }
 
+impl StepOutcome {
+    /// Groups that carry no policy-gradient signal: at least one rollout
+    /// graded and every graded advantage zero (up to rounding: equal
+    /// rewards give advantages of about 1e-17). Groups with no graded
+    /// rollout (unlabelled groups of a scarce arm) are not flat: nothing
+    /// was learnt about them.
+    pub fn flat_groups(&self) -> Vec<usize> {
+        self.advantages
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| {
+                g.iter().any(Option::is_some) && g.iter().flatten().all(|a| a.abs() < 1e-9)
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Put the groups of `more` (scored on their own, `slots.len()` of
+    /// them, in order) in place of this step's groups `slots`: their
+    /// rewards, advantages and world-model scores, their anchors (those of
+    /// the replaced groups dropped), and the counts of what was spent on
+    /// them added to [`StepStats`] (labels, world-model rollouts, anchor
+    /// groups, fallbacks, skipped groups); the advantage summaries are
+    /// those of the result.
+    pub fn replace_groups(&mut self, slots: &[usize], more: StepOutcome) -> Result<()> {
+        if more.advantages.len() != slots.len() || more.rewards.len() != slots.len() {
+            return Err(CoreError::Shape(format!(
+                "replacing {} groups with {} scored ones",
+                slots.len(),
+                more.advantages.len()
+            )));
+        }
+        if let Some(&s) = slots.iter().find(|&&s| s >= self.advantages.len()) {
+            return Err(CoreError::Shape(format!(
+                "group {s} is not in a step of {} groups",
+                self.advantages.len()
+            )));
+        }
+        for (k, &s) in slots.iter().enumerate() {
+            self.rewards[s] = more.rewards[k].clone();
+            self.advantages[s] = more.advantages[k].clone();
+            if let (Some(w), Some(mw)) = (self.wm_raw.as_mut(), more.wm_raw.as_ref()) {
+                w[s] = mw[k].clone();
+            }
+        }
+        let mut anchors: Vec<(usize, Vec<Option<f64>>)> = self
+            .anchors
+            .iter()
+            .copied()
+            .zip(std::mem::take(&mut self.real))
+            .filter(|(a, _)| !slots.contains(a))
+            .chain(more.anchors.iter().map(|&a| slots[a]).zip(more.real))
+            .collect();
+        anchors.sort_by_key(|(a, _)| *a);
+        (self.anchors, self.real) = anchors.into_iter().unzip();
+        let (st, m) = (&mut self.stats, &more.stats);
+        st.labels_used += m.labels_used;
+        st.wm_rollouts += m.wm_rollouts;
+        st.anchor_groups += m.anchor_groups;
+        st.fallback_groups += m.fallback_groups;
+        st.groups_skipped += m.groups_skipped;
+        let all: Vec<f64> = self
+            .advantages
+            .iter()
+            .flatten()
+            .flatten()
+            .map(|a| a.abs())
+            .collect();
+        st.adv_abs_mean = all.iter().sum::<f64>() / all.len().max(1) as f64;
+        st.adv_abs_max = all.iter().copied().fold(0.0, f64::max);
+        Ok(())
+    }
+}
+
 /// The method's state across a run (serialisable for checkpoints).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CorrectionLoop {
@@ -263,6 +337,27 @@ impl CorrectionLoop {
             self.scheduler.choose(n, capacity, means.as_deref())?
         };
         self.run_step(group_sizes, wm_raw, anchors, scorers)
+    }
+
+    /// [`CorrectionLoop::step`] over groups drawn again within the step
+    /// just run (dynamic sampling: they replace that step's flat groups):
+    /// the same step index, so the step count, the shuffle of the shuffled
+    /// control and the diagnostics' step stay those of the one training
+    /// step. Anchor pairs and labels are gathered and counted as in any
+    /// step.
+    pub fn step_again(
+        &mut self,
+        group_sizes: &[usize],
+        capacity: Option<usize>,
+        scorers: &mut dyn Scorers,
+    ) -> Result<StepOutcome> {
+        let Some(index) = self.step.checked_sub(1) else {
+            return Err(CoreError::Shape("no step to draw groups again in".into()));
+        };
+        self.step = index;
+        let out = self.step(group_sizes, capacity, scorers);
+        self.step = index + 1;
+        out
     }
 
     /// One step with anchors chosen by the caller (ascending group

@@ -54,6 +54,17 @@ pub struct Ledger {
     pub update_cpu_seconds: f64,
     #[serde(default)]
     pub eval_cpu_seconds: f64,
+    /// Groups dropped because their outcomes were all equal and drawn
+    /// again (dynamic sampling, [`crate::Track::redraw_rounds`]). Their
+    /// rollouts, labels and seconds are in the counts above: a dropped
+    /// group is paid for like a kept one. Absent (0) when a run never
+    /// redraws.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub redrawn_groups: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Ledger {
@@ -124,6 +135,7 @@ impl Ledger {
         self.policy_cpu_seconds += o.policy_cpu_seconds;
         self.update_cpu_seconds += o.update_cpu_seconds;
         self.eval_cpu_seconds += o.eval_cpu_seconds;
+        self.redrawn_groups += o.redrawn_groups;
     }
 }
 

@@ -53,6 +53,38 @@ pub trait Track: Sized {
     /// The number of rollouts in each of the batch's groups.
     fn group_sizes(&self, batch: &Self::Batch) -> Vec<usize>;
 
+    /// Dynamic sampling (DAPO): how many times one step may drop the groups
+    /// that carry no signal ([`StepOutcome::flat_groups`]: every graded
+    /// outcome equal) and draw fresh groups in their place. 0 (the
+    /// default): never.
+    fn redraw_rounds(&self) -> usize {
+        0
+    }
+
+    /// Draw and roll out `n` fresh groups for redraw round `round`
+    /// (1-based) of step `step`, charging their cost to `ledger`. Called
+    /// only when [`Track::redraw_rounds`] is above 0.
+    fn redraw(
+        &mut self,
+        _step: usize,
+        _round: usize,
+        _n: usize,
+        _ledger: &mut Ledger,
+    ) -> Result<Self::Batch, Self::Error> {
+        Err(CoreError::Shape("this track cannot redraw groups".into()).into())
+    }
+
+    /// Put the groups of `more` (from [`Track::redraw`]) in place of the
+    /// batch's groups `slots`, in order.
+    fn replace_groups(
+        &mut self,
+        _batch: &mut Self::Batch,
+        _slots: &[usize],
+        _more: Self::Batch,
+    ) -> Result<(), Self::Error> {
+        Err(CoreError::Shape("this track cannot redraw groups".into()).into())
+    }
+
     /// The scorers the correction loop calls for `batch`; what they spend
     /// goes to `ledger`.
     fn scorers<'a>(
@@ -198,6 +230,8 @@ pub struct Step<T: Track> {
     pub batch: T::Batch,
     pub outcome: StepOutcome,
     pub update: T::Update,
+    /// Groups dropped and drawn again this step (dynamic sampling).
+    pub redrawn: usize,
 }
 
 /// A run of the shared loop: the track, the method's state, the ledger and
@@ -234,13 +268,23 @@ impl<T: Track> Run<T> {
         if !late.is_empty() {
             self.ledger.labels += self.core.late_labels(&late)? as u64;
         }
-        let batch = self.track.rollouts(index, &mut self.ledger)?;
-        let sizes = self.track.group_sizes(&batch);
-        let outcome = {
-            let mut scorers = self.track.scorers(&batch, &mut self.ledger);
-            self.core.step(&sizes, None, &mut scorers)?
-        };
-        self.ledger.labels += outcome.stats.labels_used as u64;
+        let mut batch = self.track.rollouts(index, &mut self.ledger)?;
+        let mut outcome = self.score(&batch, false)?;
+        let mut redrawn = 0;
+        for round in 1..=self.track.redraw_rounds() {
+            let flat = outcome.flat_groups();
+            if flat.is_empty() {
+                break;
+            }
+            let more = self
+                .track
+                .redraw(index, round, flat.len(), &mut self.ledger)?;
+            let scored = self.score(&more, true)?;
+            outcome.replace_groups(&flat, scored)?;
+            self.track.replace_groups(&mut batch, &flat, more)?;
+            redrawn += flat.len();
+            self.ledger.redrawn_groups += flat.len() as u64;
+        }
         self.track
             .scored(index, &batch, &outcome, &mut self.ledger)?;
         self.refit_if_due(index + 1)?;
@@ -253,7 +297,24 @@ impl<T: Track> Run<T> {
             batch,
             outcome,
             update,
+            redrawn,
         })
+    }
+
+    /// The correction loop over `batch`, its labels charged to the ledger;
+    /// `again`: groups redrawn within the step just scored.
+    fn score(&mut self, batch: &T::Batch, again: bool) -> Result<StepOutcome, T::Error> {
+        let sizes = self.track.group_sizes(batch);
+        let outcome = {
+            let mut scorers = self.track.scorers(batch, &mut self.ledger);
+            if again {
+                self.core.step_again(&sizes, None, &mut scorers)?
+            } else {
+                self.core.step(&sizes, None, &mut scorers)?
+            }
+        };
+        self.ledger.labels += outcome.stats.labels_used as u64;
+        Ok(outcome)
     }
 
     /// The world-model refit of `wmrl.refit` after `done` steps, when due:
@@ -320,11 +381,16 @@ mod tests {
         /// Candidate scores of a held-out (1, 0) group; `None`: no refit.
         candidate: Option<[f64; 2]>,
         refits: Vec<(usize, bool)>,
+        /// Groups (counted over every scoring) whose real outcomes come
+        /// back (0, 0), all equal, before the rest come back (1, 0).
+        flat_left: usize,
+        redraw_rounds: usize,
     }
 
     struct ToyScorers<'a> {
         groups: usize,
         ledger: &'a mut Ledger,
+        flat_left: &'a mut usize,
     }
 
     impl Scorers for ToyScorers<'_> {
@@ -335,7 +401,17 @@ mod tests {
         fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
             self.ledger
                 .record(Stage::RealExecution, 2 * groups.len() as u64, 0.0);
-            Ok(groups.iter().map(|_| vec![Some(1.0), Some(0.0)]).collect())
+            Ok(groups
+                .iter()
+                .map(|_| {
+                    if *self.flat_left > 0 {
+                        *self.flat_left -= 1;
+                        vec![Some(0.0), Some(0.0)]
+                    } else {
+                        vec![Some(1.0), Some(0.0)]
+                    }
+                })
+                .collect())
         }
     }
 
@@ -363,7 +439,32 @@ mod tests {
             ToyScorers {
                 groups: *batch,
                 ledger,
+                flat_left: &mut self.flat_left,
             }
+        }
+        fn redraw_rounds(&self) -> usize {
+            self.redraw_rounds
+        }
+        fn redraw(
+            &mut self,
+            step: usize,
+            round: usize,
+            n: usize,
+            ledger: &mut Ledger,
+        ) -> Result<usize, CoreError> {
+            self.calls.push(format!("redraw {step}.{round}: {n}"));
+            ledger.record(Stage::RealExecution, 0, 0.0);
+            Ok(n)
+        }
+        fn replace_groups(
+            &mut self,
+            _: &mut usize,
+            slots: &[usize],
+            more: usize,
+        ) -> Result<(), CoreError> {
+            assert_eq!(slots.len(), more);
+            self.calls.push(format!("replace {slots:?}"));
+            Ok(())
         }
         fn scored(
             &mut self,
@@ -441,7 +542,60 @@ mod tests {
             evals: Vec::new(),
             candidate: None,
             refits: Vec::new(),
+            flat_left: 0,
+            redraw_rounds: 0,
         }
+    }
+
+    #[test]
+    fn flat_groups_are_redrawn_up_to_the_cap_and_paid_for() {
+        // Three groups, all flat, then the first of the three redrawn in
+        // round 1, then none: two rounds replace [0, 1, 2] then [0].
+        let core = CorrectionLoop::new(CoreConfig::default(), Arm::Sparse, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        run.track.flat_left = 4;
+        run.track.redraw_rounds = 2;
+        let s = run.train_step().expect("ok");
+        assert_eq!(
+            run.track.calls,
+            [
+                "rollouts 0",
+                "redraw 0.1: 3",
+                "replace [0, 1, 2]",
+                "redraw 0.2: 1",
+                "replace [0]",
+                "scored 0",
+                "update 0"
+            ]
+        );
+        assert_eq!(s.redrawn, 4);
+        assert_eq!(run.ledger.redrawn_groups, 4);
+        // Every scored group's labels are paid for, the dropped ones too:
+        // 3 + 3 + 1 groups of 2.
+        assert_eq!(run.ledger.labels, 14);
+        assert_eq!(s.outcome.stats.labels_used, 14);
+        assert!(s.outcome.flat_groups().is_empty());
+        assert_eq!(s.outcome.anchors, [0, 1, 2]);
+        // Redrawn groups are scored within the step: the method counts one.
+        assert_eq!((s.outcome.step, run.core.steps_done()), (0, 1));
+        assert_eq!(s.outcome.real.len(), 3);
+        assert!(s.outcome.real.iter().all(|r| r == &[Some(1.0), Some(0.0)]));
+        // At the cap the step goes on with what it has: one round, and
+        // the group still flat stays (the update leaves it out).
+        let core = CorrectionLoop::new(CoreConfig::default(), Arm::Sparse, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        run.track.flat_left = 4;
+        run.track.redraw_rounds = 1;
+        let s = run.train_step().expect("ok");
+        assert_eq!(s.redrawn, 3);
+        assert_eq!(s.outcome.flat_groups(), [0]);
+        // Off (the default): nothing is redrawn.
+        let core = CorrectionLoop::new(CoreConfig::default(), Arm::Sparse, 0).expect("ok");
+        let mut run = Run::new(toy(), core);
+        run.track.flat_left = 3;
+        let s = run.train_step().expect("ok");
+        assert_eq!((s.redrawn, run.ledger.redrawn_groups), (0, 0));
+        assert_eq!(s.outcome.flat_groups(), [0, 1, 2]);
     }
 
     #[test]

@@ -166,6 +166,65 @@ mod tests {
     }
 
     #[test]
+    fn clip_higher_bounds_are_asymmetric() {
+        // DAPO's clip-higher: [1 - 0.2, 1 + 0.28]. A ratio of 1.25 with a
+        // positive advantage still pushes (symmetric 0.2 would clip it),
+        // 1.35 is clipped at 1.28; on the low side 0.75 with a negative
+        // advantage is clipped at 0.8, and 0.85 is not.
+        let ratios = [1.25f64, 1.35, 0.75, 0.85];
+        let lp = t(&ratios.map(|r| r.ln() as f32));
+        let old = t(&[0.0; 4]);
+        let adv = t(&[1.0, 1.0, -1.0, -1.0]);
+        let ent = t(&[0.0; 4]);
+        let x = ObjectiveInputs {
+            logprobs: &lp,
+            old_logprobs: &old,
+            advantages: &adv,
+            reference: None,
+            entropy: &ent,
+            mask: None,
+        };
+        let per_unit = |w: &Objective| -> Vec<f64> {
+            (0..4)
+                .map(|i| {
+                    let m: Vec<f32> = (0..4).map(|j| f32::from(i == j)).collect();
+                    let m = t(&m);
+                    let (l, _) = objective(
+                        &ObjectiveInputs {
+                            mask: Some(&m),
+                            ..x
+                        },
+                        w,
+                    )
+                    .expect("ok");
+                    -scalar(&l).expect("ok")
+                })
+                .collect()
+        };
+        let higher = Objective {
+            clip_low: 0.2,
+            clip_high: 0.28,
+            ..Objective::default()
+        };
+        let got = per_unit(&higher);
+        let want = [1.25, 1.28, -0.8, -0.85];
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+        let (_, s) = objective(&x, &higher).expect("ok");
+        assert!((s.clip_frac - 0.5).abs() < 1e-9, "{s:?}");
+        // Symmetric bounds clip the 1.25 too.
+        let symmetric = Objective {
+            clip_low: 0.2,
+            clip_high: 0.2,
+            ..Objective::default()
+        };
+        assert!((per_unit(&symmetric)[0] - 1.2).abs() < 1e-5);
+        let (_, s) = objective(&x, &symmetric).expect("ok");
+        assert!((s.clip_frac - 0.75).abs() < 1e-9, "{s:?}");
+    }
+
+    #[test]
     fn the_kl_term_is_zero_at_the_reference_and_pulls_back_towards_it() {
         let v = Var::new(&[0.3f32, -0.2], &Device::Cpu).expect("ok");
         let zero = t(&[0.0, 0.0]);

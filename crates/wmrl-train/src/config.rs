@@ -197,6 +197,17 @@ pub struct RolloutConfig {
     pub train_init_states: [usize; 2],
     /// Stop an episode after this many steps (0: the environment's limit).
     pub max_steps: usize,
+    /// Dynamic sampling (DAPO): groups whose graded outcomes are all equal
+    /// (no advantage) are dropped and as many fresh groups drawn in their
+    /// place, up to this many rounds per step; a group still flat at the
+    /// cap stays (and `update.skip_flat_groups` leaves it out). The dropped
+    /// groups' simulator steps, policy calls and labels are charged like
+    /// any others; the ledger counts them (`redrawn_groups`). Only for the
+    /// arms that label every group (`sparse`, `sparse_shuffled`). 0 (the
+    /// default): every group drawn is kept, and the key is not written (a
+    /// run directory recorded before it existed compares equal).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub redraw_rounds: usize,
 }
 
 impl Default for RolloutConfig {
@@ -208,6 +219,7 @@ impl Default for RolloutConfig {
             tasks: Vec::new(),
             train_init_states: [0, 15],
             max_steps: 0,
+            redraw_rounds: 0,
         }
     }
 }
@@ -420,6 +432,13 @@ pub struct EvalSection {
     /// final evaluation runs on `init_states` (figures on validation
     /// states, as every figure before 2026-12-03 was).
     pub test_states: Option<[usize; 2]>,
+    /// States already read while choosing settings, inclusive ranges:
+    /// other configs' validation states, and the test states of earlier
+    /// benches once their figures were looked at (shared/BENCHMARKS.md:
+    /// a test state is read once). `test_states` must not overlap any of
+    /// them. Empty (the default) is not written.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub seen_states: Vec<[usize; 2]>,
     /// Task indices; empty is all.
     pub tasks: Vec<usize>,
     /// 0 is greedy, the usual VLA evaluation.
@@ -437,6 +456,7 @@ impl Default for EvalSection {
             sampled_per_state: 0,
             init_states: [16, 49],
             test_states: None,
+            seen_states: Vec::new(),
             tasks: Vec::new(),
             temperature: 0.0,
             in_domain: true,
@@ -576,6 +596,10 @@ impl Default for TrainConfig {
     }
 }
 
+fn is_zero(x: &usize) -> bool {
+    *x == 0
+}
+
 fn bad(key: &str, message: impl Into<String>) -> TrainError {
     TrainError::Config {
         path: key.to_string(),
@@ -685,6 +709,21 @@ impl TrainConfig {
         if self.labels.poll_ms == 0 {
             return Err(bad("labels.poll_ms", "must be at least 1"));
         }
+        if self.rollout.redraw_rounds > 0 && !self.arm.all_real() {
+            return Err(bad(
+                "rollout.redraw_rounds",
+                format!(
+                    "works with the arms that label every group (sparse, sparse_shuffled), not {}",
+                    self.arm.name()
+                ),
+            ));
+        }
+        if self.rollout.redraw_rounds > 0 && self.labels.source == LabelSource::Human {
+            return Err(bad(
+                "rollout.redraw_rounds",
+                "needs labels that come back in the step (labels.source = \"human\" queues them for people)",
+            ));
+        }
         let c = &self.update.credit;
         if !(c.weight >= 0.0 && c.weight.is_finite()) {
             return Err(bad("update.credit.weight", "must be finite and >= 0"));
@@ -743,6 +782,12 @@ impl TrainConfig {
                 ));
             }
         }
+        if let Some(b) = e.seen_states.iter().find(|b| b[0] > b[1]) {
+            return Err(bad(
+                "eval.seen_states",
+                format!("{b:?} must be [lo, hi] with lo <= hi"),
+            ));
+        }
         if let Some(t) = e.test_states {
             if t[0] > t[1] {
                 return Err(bad("eval.test_states", "must be [lo, hi] with lo <= hi"));
@@ -754,7 +799,14 @@ impl TrainConfig {
                 ),
                 ("validation states (eval.init_states)", Some(e.init_states)),
                 ("curve states (eval.curve_init_states)", e.curve_init_states),
-            ] {
+            ]
+            .into_iter()
+            .chain(e.seen_states.iter().map(|&b| {
+                (
+                    "states already used for choosing settings (eval.seen_states)",
+                    Some(b),
+                )
+            })) {
                 if let Some(b) = b
                     && t[0] <= b[1]
                     && b[0] <= t[1]
@@ -892,6 +944,29 @@ mod tests {
         )
         .expect_err("test states overlapping the curve");
         assert!(err.to_string().contains("curve states"), "{err}");
+        for seen in ["[[50, 74]]", "[[16, 49], [60, 80]]"] {
+            let err = TrainConfig::from_toml(
+                &format!(
+                    "[env.sim]\nn_init_states = 100\n[eval]\ntest_states = [75, 99]\nseen_states = {seen}\n"
+                ),
+                "t.toml",
+            );
+            let fresh = seen == "[[50, 74]]";
+            assert_eq!(err.is_ok(), fresh, "{seen}: {err:?}");
+            if let Err(err) = err {
+                assert!(err.to_string().contains("eval.seen_states"), "{err}");
+                assert!(err.to_string().contains("[60, 80]"), "{err}");
+            }
+        }
+        let err = TrainConfig::from_toml(
+            "[env.sim]\nn_init_states = 100\n[eval]\ntest_states = [50, 74]\nseen_states = [[50, 74]]\n",
+            "t.toml",
+        )
+        .expect_err("test states already used for choosing");
+        assert!(
+            err.to_string().contains("already used for choosing"),
+            "{err}"
+        );
         let err = TrainConfig::from_toml("[eval]\ntest_states = [50, 74]\n", "t.toml")
             .expect_err("the simulator generates 50 states by default");
         assert!(err.to_string().contains("n_init_states"), "{err}");

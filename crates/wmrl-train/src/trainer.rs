@@ -469,6 +469,15 @@ impl RobotTrack {
     /// The groups of step `step`: (task, initial state) drawn from the
     /// training split with a seed derived from (run seed, step).
     fn draw_specs(&self, step: usize) -> Vec<EpisodeSpec> {
+        self.draw_groups(
+            self.cfg.rollout.n_groups,
+            mix(self.cfg.seed, step as u64 + 1),
+        )
+    }
+
+    /// `n` groups of (task, initial state) from the training split, drawn
+    /// with `seed`.
+    fn draw_groups(&self, n: usize, seed: u64) -> Vec<EpisodeSpec> {
         let r = &self.cfg.rollout;
         let tasks: Vec<usize> = if r.tasks.is_empty() {
             (0..self.env.spec().tasks.len()).collect()
@@ -476,9 +485,9 @@ impl RobotTrack {
             r.tasks.clone()
         };
         let [lo, hi] = r.train_init_states;
-        let mut rng = SplitMix64::new(mix(self.cfg.seed, step as u64 + 1));
-        let mut specs = Vec::with_capacity(r.n_groups * r.group_size);
-        for g in 0..r.n_groups {
+        let mut rng = SplitMix64::new(seed);
+        let mut specs = Vec::with_capacity(n * r.group_size);
+        for g in 0..n {
             let task = tasks[rng.below(tasks.len())];
             let init_state = lo + rng.below(hi - lo + 1);
             for i in 0..r.group_size {
@@ -491,6 +500,44 @@ impl RobotTrack {
             }
         }
         specs
+    }
+
+    /// Roll out `specs` with the sampling stream `seed`, charging the
+    /// policy's and the simulator's cost to `ledger`.
+    fn roll_out(
+        &mut self,
+        specs: &[EpisodeSpec],
+        seed: u64,
+        ledger: &mut Ledger,
+    ) -> Result<Vec<Rollout>> {
+        let keep_features = self.learner.keeps_features();
+        let (rollouts, cstats) = collect(
+            self.learner.policy(),
+            self.env.as_mut(),
+            specs,
+            self.cfg.rollout.temperature,
+            self.cfg.rollout.max_steps,
+            seed,
+            Keep {
+                features: keep_features,
+                // The label page shows both cameras.
+                wrist: self.human.is_some(),
+            },
+        )?;
+        ledger.record(
+            Stage::PolicySample,
+            cstats.policy_calls,
+            cstats.policy_seconds,
+        );
+        ledger.record(
+            Stage::RealExecution,
+            rollouts.len() as u64,
+            cstats.env_seconds,
+        );
+        ledger.record_cpu(Stage::PolicySample, cstats.policy_cpu_seconds);
+        ledger.record_cpu(Stage::RealExecution, cstats.env_cpu_seconds);
+        ledger.sim_steps += cstats.env_steps;
+        Ok(rollouts)
     }
 
     /// Per-chunk credit of each of a group's rollouts (same order),
@@ -622,34 +669,47 @@ impl Track for RobotTrack {
         self.step_started = Instant::now();
         self.step = step;
         let specs = self.draw_specs(step);
-        let keep_features = self.learner.keeps_features();
-        let (rollouts, cstats) = collect(
-            self.learner.policy(),
-            self.env.as_mut(),
-            &specs,
-            self.cfg.rollout.temperature,
-            self.cfg.rollout.max_steps,
-            mix(self.cfg.seed, 0xC0_11EC7 + step as u64),
-            Keep {
-                features: keep_features,
-                // The label page shows both cameras.
-                wrist: self.human.is_some(),
-            },
-        )?;
-        ledger.record(
-            Stage::PolicySample,
-            cstats.policy_calls,
-            cstats.policy_seconds,
-        );
-        ledger.record(
-            Stage::RealExecution,
-            rollouts.len() as u64,
-            cstats.env_seconds,
-        );
-        ledger.record_cpu(Stage::PolicySample, cstats.policy_cpu_seconds);
-        ledger.record_cpu(Stage::RealExecution, cstats.env_cpu_seconds);
-        ledger.sim_steps += cstats.env_steps;
-        Ok(rollouts)
+        self.roll_out(&specs, mix(self.cfg.seed, 0xC0_11EC7 + step as u64), ledger)
+    }
+
+    fn redraw_rounds(&self) -> usize {
+        self.cfg.rollout.redraw_rounds
+    }
+
+    fn redraw(
+        &mut self,
+        step: usize,
+        round: usize,
+        n: usize,
+        ledger: &mut Ledger,
+    ) -> Result<Vec<Rollout>> {
+        // Streams of their own: a run that redraws draws the same first
+        // batch as one that does not.
+        let salt = ((round as u64) << 40) ^ step as u64;
+        let specs = self.draw_groups(n, mix(self.cfg.seed, 0x0D7A_3000_0000 ^ salt));
+        self.roll_out(&specs, mix(self.cfg.seed, 0x0D7A_5000_0000 ^ salt), ledger)
+    }
+
+    fn replace_groups(
+        &mut self,
+        batch: &mut Vec<Rollout>,
+        slots: &[usize],
+        more: Vec<Rollout>,
+    ) -> Result<()> {
+        let g = self.cfg.rollout.group_size;
+        if more.len() != slots.len() * g {
+            return Err(TrainError::Report(format!(
+                "{} redrawn rollouts for {} groups of {g}",
+                more.len(),
+                slots.len()
+            )));
+        }
+        for (k, mut r) in more.into_iter().enumerate() {
+            let slot = slots[k / g];
+            r.spec.group = slot;
+            batch[slot * g + k % g] = r;
+        }
+        Ok(())
     }
 
     fn late_labels(&mut self, step: usize) -> Result<Vec<wmrl_core::AnchorGroup>> {
@@ -659,8 +719,9 @@ impl Track for RobotTrack {
         }
     }
 
-    fn group_sizes(&self, _: &Vec<Rollout>) -> Vec<usize> {
-        vec![self.cfg.rollout.group_size; self.cfg.rollout.n_groups]
+    fn group_sizes(&self, batch: &Vec<Rollout>) -> Vec<usize> {
+        let g = self.cfg.rollout.group_size;
+        vec![g; batch.len() / g]
     }
 
     fn scorers<'a>(
@@ -832,6 +893,7 @@ fn step_metrics(run: &Run<RobotTrack>, s: &Step<RobotTrack>) -> StepMetrics {
         fallback_groups: outcome.stats.fallback_groups,
         groups_skipped: outcome.stats.groups_skipped,
         flat_groups: u.flat_groups,
+        redrawn_groups: s.redrawn,
         credit_groups: u.credit_groups,
         grad_half_cosine: u.grad_half_cosine,
         grad_half_cosine_parts: u.grad_half_cosine_parts.clone(),

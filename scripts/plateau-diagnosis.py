@@ -20,6 +20,7 @@ import json
 import os
 import statistics
 import sys
+import tomllib
 
 
 def read_jsonl(path):
@@ -38,19 +39,21 @@ def arm_table(arm_dir, every):
     for s in seeds:
         m = os.path.join(s, "metrics.jsonl")
         if os.path.exists(m):
-            runs.append((s, read_jsonl(m)))
+            # config.toml of a run directory is resolved: no `extends`.
+            with open(os.path.join(s, "config.toml"), "rb") as f:
+                n_groups = tomllib.load(f)["rollout"]["n_groups"]
+            runs.append((s, read_jsonl(m), n_groups))
     if not runs:
         print(f"{arm_dir}: no seed*/metrics.jsonl", file=sys.stderr)
         return
-    n_steps = min(len(r) for _, r in runs)
+    n_steps = min(len(r) for _, r, _ in runs)
     print(f"## {arm_dir} ({len(runs)} seeds, {n_steps} steps)\n")
     print("| step | batch success | flat groups | entropy | KL to ref | clip frac | mean abs adv |")
     print("|---|---|---|---|---|---|---|")
     steps = sorted(set(list(range(0, n_steps, every)) + [n_steps - 1]))
     for k in steps:
-        rows = [r[k] for _, r in runs]
-        groups = [max(1, row.get("anchor_groups") or 1) for row in rows]
-        flat = mean([row.get("flat_groups", 0) / g for row, g in zip(rows, groups)])
+        rows = [r[k] for _, r, _ in runs]
+        flat = mean([row.get("flat_groups", 0) / n for row, (_, _, n) in zip(rows, runs)])
         print(
             f"| {k} | {mean([x.get('batch_success') for x in rows]):.3f} | {flat:.2f} "
             f"| {mean([x.get('entropy') for x in rows]):.3f} | {mean([x.get('kl_ref') for x in rows]):.4f} "
@@ -59,7 +62,7 @@ def arm_table(arm_dir, every):
     print()
     curves = {}
     states = []
-    for s, _ in runs:
+    for s, _, _ in runs:
         e = os.path.join(s, "eval.jsonl")
         if not os.path.exists(e):
             continue

@@ -73,18 +73,13 @@ pub struct StepStats {
 }
 
 impl StepOutcome {
-    /// Groups that carry no policy-gradient signal: at least one rollout
-    /// graded and every graded advantage zero (up to rounding: equal
-    /// rewards give advantages of about 1e-17). Groups with no graded
-    /// rollout (unlabelled groups of a scarce arm) are not flat: nothing
-    /// was learnt about them.
+    /// The groups that carry no policy-gradient signal
+    /// ([`is_flat_group`]).
     pub fn flat_groups(&self) -> Vec<usize> {
         self.advantages
             .iter()
             .enumerate()
-            .filter(|(_, g)| {
-                g.iter().any(Option::is_some) && g.iter().flatten().all(|a| a.abs() < 1e-9)
-            })
+            .filter(|(_, g)| is_flat_group(g))
             .map(|(i, _)| i)
             .collect()
     }
@@ -133,15 +128,7 @@ impl StepOutcome {
         st.anchor_groups += m.anchor_groups;
         st.fallback_groups += m.fallback_groups;
         st.groups_skipped += m.groups_skipped;
-        let all: Vec<f64> = self
-            .advantages
-            .iter()
-            .flatten()
-            .flatten()
-            .map(|a| a.abs())
-            .collect();
-        st.adv_abs_mean = all.iter().sum::<f64>() / all.len().max(1) as f64;
-        st.adv_abs_max = all.iter().copied().fold(0.0, f64::max);
+        (st.adv_abs_mean, st.adv_abs_max) = abs_advantage_summary(&self.advantages);
         Ok(())
     }
 }
@@ -167,6 +154,28 @@ pub struct CorrectionLoop {
     /// with `refit.every > 0`; [`crate::refit`]).
     #[serde(default)]
     refit_anchors: Vec<crate::refit::AnchorGroup>,
+}
+
+/// A group that carries no policy-gradient signal: at least one rollout
+/// graded and every graded advantage zero (up to rounding: equal rewards
+/// give advantages of about 1e-17). A group with no graded rollout is not
+/// flat: nothing was learnt about it.
+pub fn is_flat_group(advantages: &[Option<f64>]) -> bool {
+    advantages.iter().any(Option::is_some) && advantages.iter().flatten().all(|a| a.abs() < 1e-9)
+}
+
+/// (mean, max) of |advantage| over every graded rollout; (0, 0) when none.
+fn abs_advantage_summary(advantages: &[Vec<Option<f64>>]) -> (f64, f64) {
+    let abs: Vec<f64> = advantages
+        .iter()
+        .flatten()
+        .flatten()
+        .map(|a| a.abs())
+        .collect();
+    (
+        mean(&abs).unwrap_or(0.0),
+        abs.iter().copied().fold(0.0, f64::max),
+    )
 }
 
 fn mean(xs: &[f64]) -> Option<f64> {
@@ -461,13 +470,7 @@ impl CorrectionLoop {
             all_anchors,
         )?;
 
-        let abs: Vec<f64> = groups
-            .advantages
-            .iter()
-            .flatten()
-            .flatten()
-            .map(|a| a.abs())
-            .collect();
+        let (adv_abs_mean, adv_abs_max) = abs_advantage_summary(&groups.advantages);
         let stats = StepStats {
             anchor_groups: anchors.len(),
             labels_used,
@@ -480,8 +483,8 @@ impl CorrectionLoop {
             bias_reduction,
             fallback_groups: groups.fallback_groups,
             groups_skipped: groups.groups_skipped,
-            adv_abs_mean: mean(&abs).unwrap_or(0.0),
-            adv_abs_max: abs.iter().copied().fold(0.0, f64::max),
+            adv_abs_mean,
+            adv_abs_max,
         };
         let step = self.step;
         self.record_diagnostics(&pairs, wm_raw.as_deref(), &anchors, &stats);

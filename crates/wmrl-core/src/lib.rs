@@ -33,7 +33,7 @@ pub use config::{
     AdvantageConfig, AnchorConfig, AnchorFraction, AnchorMode, AnchorReward, Arm, AutoRange,
     CalibrationConfig, CalibrationMode, CoreConfig, ScoreRange, WeightConfig,
 };
-pub use correction::{CorrectionLoop, ScorerError, Scorers, StepOutcome, StepStats};
+pub use correction::{CorrectionLoop, ScorerError, Scorers, StepOutcome, StepStats, is_flat_group};
 pub use diagnostics::{Diagnostics, DiagnosticsSummary};
 pub use error::{CoreError, Result};
 pub use ledger::{Ledger, Stage};

@@ -450,10 +450,9 @@ mod tests {
             step: usize,
             round: usize,
             n: usize,
-            ledger: &mut Ledger,
+            _: &mut Ledger,
         ) -> Result<usize, CoreError> {
             self.calls.push(format!("redraw {step}.{round}: {n}"));
-            ledger.record(Stage::RealExecution, 0, 0.0);
             Ok(n)
         }
         fn replace_groups(

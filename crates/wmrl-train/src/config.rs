@@ -596,7 +596,8 @@ impl Default for TrainConfig {
     }
 }
 
-fn is_zero(x: &usize) -> bool {
+/// For `skip_serializing_if`: a count that is 0 is not written.
+pub(crate) fn is_zero(x: &usize) -> bool {
     *x == 0
 }
 

@@ -40,7 +40,7 @@ pub struct StepMetrics {
     /// Groups dropped this step because their outcomes were all equal and
     /// drawn again (`rollout.redraw_rounds`); paid for in the ledger.
     /// Absent when none were.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "crate::config::is_zero")]
     pub redrawn_groups: usize,
     /// Groups whose chunks got a per-chunk credit that varies
     /// (`[update.credit]`); they enter the update even when flat.
@@ -122,8 +122,4 @@ pub struct RefitRecord {
     /// ledger's world-model stage, with the candidate's scoring).
     pub fit_seconds: f64,
     pub fit_cpu_seconds: f64,
-}
-
-fn is_zero(x: &usize) -> bool {
-    *x == 0
 }

@@ -582,11 +582,9 @@ impl RobotTrack {
             let mut credit = self.chunk_credit(members, group);
             let credit_live = credit.iter().flatten().any(|c| c.abs() > 1e-9);
             credit_groups += usize::from(credit_live);
-            // Rewards equal up to rounding give advantages of about 1e-17.
-            let flat = group.iter().flatten().all(|a| a.abs() < 1e-9);
-            if flat && group.iter().any(Option::is_some) {
-                flat_groups += 1;
-            }
+            // A group with no graded rollout adds nothing below anyway.
+            let flat = wmrl_core::is_flat_group(group);
+            flat_groups += usize::from(flat);
             if flat && !credit_live && self.cfg.update.skip_flat_groups {
                 continue;
             }

@@ -58,6 +58,7 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    wmrl_run::process::keep_freed_memory();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

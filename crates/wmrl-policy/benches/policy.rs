@@ -2,9 +2,11 @@
 //! batch 1, 16 and 64 for the `tiny` and `small` presets, and one SFT step
 //! (forward + backward + AdamW) at batch 32 for `tiny`.
 //! Calls/s = batch / time per iteration (criterion reports elements/s).
+//! Run it on one thread, as benches run their runs:
+//! `RAYON_NUM_THREADS=1 cargo bench -p wmrl-policy --bench policy`.
 
 use candle_core::{DType, Device};
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use wmrl_env::Frame;
 use wmrl_grpo::OptimConfig;
 use wmrl_policy::{Policy, PolicyConfig, PolicyInput, PolicyOptimizer, nll_loss};
@@ -77,4 +79,10 @@ fn bench_sft_step(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench_sample, bench_sft_step);
-criterion_main!(benches);
+
+// As `wmrl` runs: freed memory kept in the process (wmrl_run::process).
+fn main() {
+    wmrl_run::process::keep_freed_memory();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -36,27 +36,87 @@ impl PolicyInput {
 
 /// A frame resized to `size x size` RGB bytes (bilinear; unchanged when it
 /// already has that size).
+///
+/// The same bytes as `image::imageops::resize` with `FilterType::Triangle`
+/// (a vertical pass into f32, then a horizontal pass rounded to u8, the
+/// weights and the order of every sum as the `image` crate computes them;
+/// a test compares the two), without its per-pixel four-channel views and
+/// the copy of the frame: a fifth of the policy call's input cost.
 pub fn resize_frame(frame: &Frame, size: usize) -> Result<Vec<u8>> {
-    if frame.width as usize == size && frame.height as usize == size {
+    let (w, h) = (frame.width as usize, frame.height as usize);
+    if frame.rgb.len() != w * h * 3 || w == 0 || h == 0 {
+        return Err(PolicyError::Input(format!(
+            "frame {}x{} has {} bytes",
+            frame.width,
+            frame.height,
+            frame.rgb.len()
+        )));
+    }
+    if w == size && h == size {
         return Ok(frame.rgb.clone());
     }
-    let img = image::RgbImage::from_raw(frame.width, frame.height, frame.rgb.clone()).ok_or_else(
-        || {
-            PolicyError::Input(format!(
-                "frame {}x{} has {} bytes",
-                frame.width,
-                frame.height,
-                frame.rgb.len()
-            ))
-        },
-    )?;
-    let out = image::imageops::resize(
-        &img,
-        size as u32,
-        size as u32,
-        image::imageops::FilterType::Triangle,
-    );
-    Ok(out.into_raw())
+    // Vertical pass: `size` rows of `w` pixels, f32 as `image` keeps them.
+    let mut tmp = vec![0f32; size * w * 3];
+    for (outy, (left, ws)) in triangle_weights(h, size).into_iter().enumerate() {
+        let row = &mut tmp[outy * w * 3..(outy + 1) * w * 3];
+        for (i, wt) in ws.iter().enumerate() {
+            let src = &frame.rgb[(left + i) * w * 3..(left + i + 1) * w * 3];
+            for (t, &v) in row.iter_mut().zip(src) {
+                *t += f32::from(v) * wt;
+            }
+        }
+    }
+    // Horizontal pass, clamped to [0, 255] and rounded to nearest.
+    let mut out = vec![0u8; size * size * 3];
+    let cols = triangle_weights(w, size);
+    for y in 0..size {
+        let src = &tmp[y * w * 3..(y + 1) * w * 3];
+        for (outx, (left, ws)) in cols.iter().enumerate() {
+            let mut t = [0f32; 3];
+            for (i, wt) in ws.iter().enumerate() {
+                let p = &src[(left + i) * 3..(left + i) * 3 + 3];
+                for c in 0..3 {
+                    t[c] += p[c] * wt;
+                }
+            }
+            let o = &mut out[(y * size + outx) * 3..(y * size + outx) * 3 + 3];
+            for c in 0..3 {
+                o[c] = t[c].clamp(0.0, 255.0).round() as u8;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// For each output position of a `from -> to` resample, the first input
+/// index and the normalised triangle-filter weights from there on: the
+/// `image` crate's `vertical_sample`/`horizontal_sample` arithmetic.
+fn triangle_weights(from: usize, to: usize) -> Vec<(usize, Vec<f32>)> {
+    let ratio = from as f32 / to as f32;
+    let sratio = if ratio < 1.0 { 1.0 } else { ratio };
+    let support = sratio;
+    (0..to)
+        .map(|out| {
+            let input = (out as f32 + 0.5) * ratio;
+            let left = ((input - support).floor() as i64).clamp(0, from as i64 - 1);
+            let right = ((input + support).ceil() as i64).clamp(left + 1, from as i64);
+            let input = input - 0.5;
+            let mut ws: Vec<f32> = (left..right)
+                .map(|i| {
+                    let x = ((i as f32 - input) / sratio).abs();
+                    if x < 1.0 { 1.0 - x } else { 0.0 }
+                })
+                .collect();
+            let mut sum = 0.0f32;
+            for w in &ws {
+                sum += w;
+            }
+            for w in ws.iter_mut() {
+                *w /= sum;
+            }
+            (left as usize, ws)
+        })
+        .collect()
 }
 
 /// The images one observation contributes, already resized, in encoder order

@@ -990,3 +990,45 @@ fn sft_settings_record_a_device_other_than_the_cpu() {
     let back: SftConfig = serde_json::from_value(v).expect("read back");
     assert_eq!(back, cuda);
 }
+
+#[test]
+fn resize_matches_the_image_crate_byte_for_byte() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    // Down by 2 (the simulator's 128 to the policy's 64), uneven shapes,
+    // odd ratios and an upscale.
+    for (w, h, size) in [
+        (128, 128, 64),
+        (256, 256, 64),
+        (200, 150, 64),
+        (97, 61, 32),
+        (50, 50, 64),
+        (17, 33, 16),
+    ] {
+        let rgb: Vec<u8> = (0..w * h * 3).map(|_| rng.random::<u8>()).collect();
+        let frame = Frame {
+            width: w as u32,
+            height: h as u32,
+            rgb: rgb.clone(),
+        };
+        let img = image::RgbImage::from_raw(w as u32, h as u32, rgb).expect("image");
+        let want = image::imageops::resize(
+            &img,
+            size as u32,
+            size as u32,
+            image::imageops::FilterType::Triangle,
+        )
+        .into_raw();
+        assert_eq!(
+            input::resize_frame(&frame, size).expect("resize"),
+            want,
+            "{w}x{h} -> {size}"
+        );
+    }
+    let short = Frame {
+        width: 4,
+        height: 4,
+        rgb: vec![0; 47],
+    };
+    assert!(input::resize_frame(&short, 2).is_err());
+}

@@ -23,6 +23,7 @@ pub mod clock;
 pub mod config;
 pub mod device;
 pub mod journal;
+pub mod process;
 pub mod progress;
 pub mod records;
 pub mod rundir;

@@ -41,7 +41,8 @@ impl PolicyInput {
 /// (a vertical pass into f32, then a horizontal pass rounded to u8, the
 /// weights and the order of every sum as the `image` crate computes them;
 /// a test compares the two), without its per-pixel four-channel views and
-/// the copy of the frame: a fifth of the policy call's input cost.
+/// the copy of the frame. The crate's resize was 6-8% of a training run's
+/// CPU (docs/results.md, "Speed (point 3)").
 pub fn resize_frame(frame: &Frame, size: usize) -> Result<Vec<u8>> {
     let (w, h) = (frame.width as usize, frame.height as usize);
     if frame.rgb.len() != w * h * 3 || w == 0 || h == 0 {

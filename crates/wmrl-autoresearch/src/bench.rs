@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::arm::{AR_ARMS, ar_arm_from_name, ar_name, serde_ar_arm};
 use crate::error::{Error, Result};
+use crate::predictor::PredictorCost;
 use crate::rundir::{read_json, write_json};
-use crate::train::{StepLog, TrainReport};
+use crate::train::{Accounting, StepLog, TrainReport};
 use wmrl_core::Arm;
 use wmrl_run::bench::{BenchJob, BenchProgress, PairedTable, Report, Slot, fan_out};
 
@@ -63,11 +64,7 @@ pub fn summarize(reports: &[TrainReport]) -> Vec<ArmSummary> {
                 return None;
             }
             let (pm, pc) = mean_ci95(&rs.iter().map(|r| r.final_position()).collect::<Vec<_>>());
-            let (cm, cc) = mean_ci95(
-                &rs.iter()
-                    .map(|r| r.ledger.real_cpu_seconds)
-                    .collect::<Vec<_>>(),
-            );
+            let (cm, cc) = mean_ci95(&rs.iter().map(|r| r.train_cpu()).collect::<Vec<_>>());
             let n = rs.len() as f64;
             Some(ArmSummary {
                 arm,
@@ -96,6 +93,21 @@ pub struct CurvePoint {
     pub cpu_secs: f64,
     pub position: f64,
     pub ci95: f64,
+}
+
+/// The CPU at which `curve` first reaches `target`, linear between its
+/// evaluations; `None` when it never does.
+pub fn cpu_to_reach(curve: &[CurvePoint], target: f64) -> Option<f64> {
+    if let Some(p) = curve.first().filter(|p| p.position >= target) {
+        return Some(p.cpu_secs);
+    }
+    curve.windows(2).find_map(|w| {
+        let (a, b) = (w[0], w[1]);
+        (b.position >= target).then(|| {
+            let f = (target - a.position) / (b.position - a.position);
+            a.cpu_secs + f * (b.cpu_secs - a.cpu_secs)
+        })
+    })
 }
 
 /// What the curves are drawn on: "training-competition" when the runs drew
@@ -163,8 +175,9 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
     let mut chart = ChartBuilder::on(&root)
         .caption(
             format!(
-                "AutoResearch: {} position vs sandbox CPU-s (mean, 95% band over {n_seeds} seeds)",
-                curve_label(reports)
+                "AutoResearch: {} position vs {} (mean, 95% band over {n_seeds} seeds)",
+                curve_label(reports),
+                accounting(reports).label()
             ),
             ("sans-serif", 18),
         )
@@ -175,7 +188,7 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
         .map_err(|e| err(&e))?;
     chart
         .configure_mesh()
-        .x_desc("training sandbox CPU-seconds")
+        .x_desc(accounting(reports).label())
         .y_desc(format!("{} mean position score", curve_label(reports)))
         .draw()
         .map_err(|e| err(&e))?;
@@ -248,6 +261,7 @@ mod tests {
             steps: Vec::new(),
             ledger: Default::default(),
             refits: Vec::new(),
+            accounting: Accounting::Total,
         };
         let rs = [
             run(0, &[0.2, 0.5]),
@@ -261,6 +275,10 @@ mod tests {
         assert!((c[1].ci95 - mean_ci95(&[0.5, 0.7, 0.9]).1).abs() < 1e-12);
         assert!((c[1].cpu_secs - 11.0).abs() < 1e-12);
         assert!(mean_curve(&rs, Arm::DenseRaw).is_empty());
+        // Seeds' mean reaches 0.45 halfway between the two evaluations.
+        assert!((cpu_to_reach(&c, 0.45).expect("reached") - 6.0).abs() < 1e-12);
+        assert_eq!(cpu_to_reach(&c, 0.1), Some(1.0));
+        assert_eq!(cpu_to_reach(&c, 0.71), None);
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         plot(&rs, &dir.path().join("p.png")).unwrap_or_else(|e| panic!("{e}"));
     }
@@ -274,6 +292,13 @@ pub struct BenchConfig {
     pub seeds: u64,
     /// Random solutions executed per competition for the predictor's data.
     pub per_competition: usize,
+    /// The number of runs the predictor's up-front cost (its training
+    /// data's executions and its fit, `predictor_cost.json`) is divided
+    /// over, declared before the bench: each `wm` and `wmrl` run is charged
+    /// that cost over this number. At least 1 (each run pays it all) and at
+    /// most the bench's runs that read the predictor (2 x seeds), so that
+    /// the bench's runs together pay at least the whole cost.
+    pub predictor_runs: usize,
     pub train: crate::train::TrainConfig,
     pub predictor: crate::predictor::PredictorConfig,
 }
@@ -285,6 +310,20 @@ impl BenchConfig {
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
         wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
+
+    /// The predictor's charge to each run that reads it: its up-front
+    /// cost over `predictor_runs` (refused outside 1..=2 x seeds).
+    pub fn predictor_charge(&self, cost: &crate::predictor::PredictorCost) -> Result<f64> {
+        let most = 2 * self.seeds as usize;
+        if !(1..=most.max(1)).contains(&self.predictor_runs) {
+            return Err(Error::Config(format!(
+                "predictor_runs = {}: the predictor's cost is divided over 1 to {most} runs \
+                 (the bench's `wm` and `wmrl` runs over {} seeds), so that they pay it whole",
+                self.predictor_runs, self.seeds
+            )));
+        }
+        Ok(cost.total() / self.predictor_runs as f64)
+    }
 }
 
 impl Default for BenchConfig {
@@ -292,6 +331,7 @@ impl Default for BenchConfig {
         Self {
             seeds: 3,
             per_competition: 24,
+            predictor_runs: 1,
             train: Default::default(),
             predictor: Default::default(),
         }
@@ -310,9 +350,13 @@ pub struct BenchResult {
     /// random inputs (`onnx_predictor::max_abs_diff`).
     #[serde(default)]
     pub predictor_onnx_max_abs_diff: f64,
-    /// Sandbox CPU seconds of the predictor's training data (paid once,
-    /// shared by `wm` and `wmrl`; not part of any arm's training cost).
+    /// Sandbox CPU seconds of the predictor's training data.
     pub predictor_data_cpu_secs: f64,
+    /// The predictor's up-front cost, of which each `wm` and `wmrl` run's
+    /// ledger holds `1 / predictor_runs` (absent in benches before
+    /// 2026-12-07, whose runs were not charged it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predictor_cost: Option<crate::predictor::PredictorCost>,
     /// `real` over `wmrl` mean training sandbox CPU seconds.
     pub cpu_ratio_real_over_wmrl: Option<f64>,
     /// Paired by seed: `wmrl - real` final held-out position, mean and 95% half-width.
@@ -347,15 +391,14 @@ impl BenchResult {
              intervals over seeds.",
             ],
         );
-        let mut table = String::from(
+        let mut table = format!(
             "| arm | seeds | final position (95% CI) | start | gain over start (95% CI) | \
-             training sandbox CPU-s (95% CI) | executions | world-model scores |\n\
+             {} (95% CI) | executions | world-model scores |\n\
              |---|---|---|---|---|---|---|---|\n",
+            accounting(&self.reports).label()
         );
         for a in &self.summary {
-            let cpu = values(&by_seed(a.arm, &|r: &TrainReport| {
-                r.ledger.real_cpu_seconds
-            }));
+            let cpu = values(&by_seed(a.arm, &|r: &TrainReport| r.train_cpu()));
             table += &format!(
                 "| {} | {} | {} | {:.3} | {} | {} | {:.0} | {:.0} |\n",
                 ar_name(a.arm),
@@ -390,10 +433,10 @@ impl BenchResult {
         report.section(
             "Details (as `wmrl autoresearch bench` prints them)",
             &format!(
-                "```text\n{}```\n\n\
-                 ![{} position against training sandbox CPU-seconds](score_vs_sandbox_cpu.png)",
+                "```text\n{}```\n\n![{} position against {}]({PLOT_FILE})",
                 self.table(),
-                curve_label(&self.reports)
+                curve_label(&self.reports),
+                accounting(&self.reports).label()
             ),
         );
         report
@@ -403,8 +446,9 @@ impl BenchResult {
     pub fn table(&self) -> String {
         let mut s = format!(
             "{:<6} {:>5} {:>24} {:>26} {:>10} {:>10}\n",
-            "arm", "seeds", "held-out position", "train sandbox CPU-s", "execs", "wm scores"
+            "arm", "seeds", "held-out position", "train CPU-s", "execs", "wm scores"
         );
+        let label = accounting(&self.reports).label();
         for a in &self.summary {
             s += &format!(
                 "{:<6} {:>5} {:>8.3} ± {:<6.3}(from {:.3}) {:>12.1} ± {:<11.1} {:>10.0} {:>10.0}\n",
@@ -420,7 +464,7 @@ impl BenchResult {
             );
         }
         if let Some(r) = self.cpu_ratio_real_over_wmrl {
-            s += &format!("real / wmrl training sandbox CPU: {r:.2}x\n");
+            s += &format!("real / wmrl {label}: {r:.2}x\n");
         }
         if let Some((m, h)) = self.wmrl_minus_real {
             s += &format!(
@@ -439,12 +483,22 @@ impl BenchResult {
             "predictor scored as ONNX through ONNX Runtime (predictor.onnx; max |candle - ort| {:.1e} on 256 random inputs)\n",
             self.predictor_onnx_max_abs_diff
         );
+        s += &match self.predictor_cost {
+            Some(c) => format!(
+                "predictor up front: {} rows, data {:.1} + fit {:.1} CPU-s; each wm and wmrl run charged 1/{} of it: {:.1} CPU-s\n",
+                c.rows,
+                c.data_cpu_secs,
+                c.fit_cpu_secs,
+                self.config.predictor_runs,
+                c.total() / self.config.predictor_runs as f64
+            ),
+            None => format!(
+                "predictor data (once, shared by wm and wmrl, charged to no run): {:.1} sandbox CPU-s\n",
+                self.predictor_data_cpu_secs
+            ),
+        };
         s += &format!(
-            "predictor data (once, shared by wm and wmrl): {:.1} sandbox CPU-s\n",
-            self.predictor_data_cpu_secs
-        );
-        s += &format!(
-            "mean curve over seeds (training sandbox CPU-s: {} position):\n",
+            "mean curve over seeds ({label}: {} position):\n",
             curve_label(&self.reports)
         );
         for a in &self.summary {
@@ -453,6 +507,28 @@ impl BenchResult {
                 .map(|p| format!("{:.1}: {:.3}", p.cpu_secs, p.position))
                 .collect();
             s += &format!("  {:<6} {}\n", ar_name(a.arm), pts.join(", "));
+        }
+        let real = mean_curve(&self.reports, Arm::Sparse);
+        if let Some(target) = real.last().map(|p| p.position) {
+            let real_cpu = cpu_to_reach(&real, target);
+            s += &format!(
+                "{label} to reach real's final {} position {target:.3} (mean curve, linear between evaluations):\n",
+                curve_label(&self.reports)
+            );
+            for a in &self.summary {
+                let at = cpu_to_reach(&mean_curve(&self.reports, a.arm), target);
+                s += &match (at, real_cpu) {
+                    (Some(c), Some(r)) if c > 0.0 => {
+                        format!(
+                            "  {:<6} {c:.1} (real / it: {:.2}x)\n",
+                            ar_name(a.arm),
+                            r / c
+                        )
+                    }
+                    (Some(c), _) => format!("  {:<6} {c:.1}\n", ar_name(a.arm)),
+                    (None, _) => format!("  {:<6} not reached\n", ar_name(a.arm)),
+                };
+            }
         }
         s += "per run (anchor-group disagreement, mean over the first quarter of steps -> the second half; 1 = no ranking):\n";
         for r in &self.reports {
@@ -516,42 +592,29 @@ pub fn run_bench(
     ex: &crate::execute::Executor,
     out: &Path,
 ) -> Result<BenchResult> {
-    use crate::collect::{collect, evaluate_predictor, read_examples, write_examples};
-    use crate::competition::Split;
+    use crate::collect::evaluate_predictor;
     // Recorded and compared as the runs use them (the older
     // `refit_predictor_every` moved into `core.refit`).
     let cfg = &BenchConfig {
         train: cfg.train.resolved()?,
         ..cfg.clone()
     };
+    // The charge's bounds are checked before anything is spent.
+    cfg.predictor_charge(&PredictorCost {
+        rows: 0,
+        data_cpu_secs: 0.0,
+        fit_cpu_secs: 0.0,
+    })?;
     std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
     check_settings(&out.join("bench_config.json"), cfg)?;
-    let (train_path, held_path, pred_path) = (
-        out.join("predictor_train.jsonl"),
-        out.join("predictor_heldout.jsonl"),
-        out.join("predictor.json"),
-    );
-    let (train_data, held_data, pred) =
-        if train_path.exists() && held_path.exists() && pred_path.exists() {
-            tracing::info!(out = %out.display(), "predictor data and weights resumed");
-            (
-                read_examples(&train_path)?,
-                read_examples(&held_path)?,
-                crate::predictor::Predictor::load(&pred_path)?,
-            )
-        } else {
-            let train_data = collect(suite, ex, Split::Train, cfg.per_competition, 1000)?;
-            let held_data = collect(suite, ex, Split::Heldout, cfg.per_competition, 2000)?;
-            let (pred, mse) = crate::predictor::Predictor::train(&cfg.predictor, &train_data)?;
-            tracing::info!(mse, "predictor fitted on training competitions");
-            write_examples(&train_path, &train_data)?;
-            write_examples(&held_path, &held_data)?;
-            // Weights last (`save` writes through a rename): their presence
-            // marks the stage finished, so a half file must never be there.
-            pred.save(&pred_path)?;
-            (train_data, held_data, pred)
-        };
+    let (train_data, held_data, pred, cost) = predictor_stage(cfg, suite, ex, out)?;
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
+    // Each run that reads the predictor pays its share at its start.
+    let charge = cfg.predictor_charge(&cost)?;
+    let train_cfg = crate::train::TrainConfig {
+        predictor_charge_cpu_secs: charge,
+        ..cfg.train.clone()
+    };
     // Everything below scores through the ONNX file, as users run it.
     let onnx = crate::onnx_predictor::OnnxPredictor::export_and_load(
         &pred,
@@ -587,18 +650,7 @@ pub fn run_bench(
         let arm = AR_ARMS[arm];
         let done = run.summary();
         let Some(job) = job else {
-            let r: TrainReport = read_json(&done)?;
-            if r.arm != arm || r.seed != seed {
-                return Err(Error::Config(format!(
-                    "{}: holds the run of arm {} seed {}, not {} seed {seed}",
-                    done.display(),
-                    ar_name(r.arm),
-                    r.seed,
-                    ar_name(arm)
-                )));
-            }
-            tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
-            reports.push(r);
+            reports.push(read_finished(&done, arm, seed, charge)?);
             continue;
         };
         progress.started(&job);
@@ -609,7 +661,7 @@ pub fn run_bench(
             onnx_path: run.predictor(),
         };
         let r = crate::train::train_with_refit(
-            &cfg.train,
+            &train_cfg,
             arm,
             seed,
             suite,
@@ -623,22 +675,17 @@ pub fn run_bench(
             arm = ar_name(arm),
             seed,
             position = r.final_position(),
-            cpu = r.ledger.real_cpu_seconds,
+            cpu = r.train_cpu(),
             "run done"
         );
+        check_accounting(&r, charge)?;
         reports.push(r);
     }
     progress.finish();
     let summary = summarize(&reports);
-    let get = |arm| summary.iter().find(|a| a.arm == arm);
-    let cpu_ratio_real_over_wmrl = match (get(Arm::Sparse), get(Arm::Wmrl)) {
-        (Some(r), Some(w)) if w.train_cpu_secs_mean > 0.0 => {
-            Some(r.train_cpu_secs_mean / w.train_cpu_secs_mean)
-        }
-        _ => None,
-    };
+    let cpu_ratio_real_over_wmrl = cpu_ratio(&summary);
     let wmrl_minus_real = final_difference(&reports, Arm::Wmrl, Arm::Sparse).map(|d| ci95_of(&d));
-    plot(&reports, &out.join("score_vs_sandbox_cpu.png"))?;
+    plot(&reports, &out.join(PLOT_FILE))?;
     let res = BenchResult {
         config: cfg.clone(),
         summary,
@@ -647,6 +694,7 @@ pub fn run_bench(
         predictor_heldout,
         predictor_onnx_max_abs_diff: onnx_max_abs_diff,
         predictor_data_cpu_secs,
+        predictor_cost: Some(cost),
         cpu_ratio_real_over_wmrl,
         wmrl_minus_real,
     };
@@ -654,6 +702,136 @@ pub fn run_bench(
     res.report().write(out)?;
     Ok(res)
 }
+
+/// A finished run read back: the arm and seed its slot holds, its costs
+/// counted as the bench's ([`check_accounting`]).
+fn read_finished(done: &Path, arm: Arm, seed: u64, charge: f64) -> Result<TrainReport> {
+    let r: TrainReport = read_json(done)?;
+    check_accounting(&r, charge).map_err(|e| Error::Config(format!("{}: {e}", done.display())))?;
+    if r.arm != arm || r.seed != seed {
+        return Err(Error::Config(format!(
+            "{}: holds the run of arm {} seed {}, not {} seed {seed}",
+            done.display(),
+            ar_name(r.arm),
+            r.seed,
+            ar_name(arm)
+        )));
+    }
+    tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
+    Ok(r)
+}
+
+/// `real`'s mean training CPU over `wmrl`'s.
+fn cpu_ratio(summary: &[ArmSummary]) -> Option<f64> {
+    let get = |arm| summary.iter().find(|a| a.arm == arm);
+    match (get(Arm::Sparse), get(Arm::Wmrl)) {
+        (Some(r), Some(w)) if w.train_cpu_secs_mean > 0.0 => {
+            Some(r.train_cpu_secs_mean / w.train_cpu_secs_mean)
+        }
+        _ => None,
+    }
+}
+
+/// The bench's predictor stage: the training and held-out competitions'
+/// random-solution data, the predictor fitted on the former, and what that
+/// cost; read back when a start of the bench finished it before.
+type PredictorStage = (
+    Vec<crate::predictor::Example>,
+    Vec<crate::predictor::Example>,
+    crate::predictor::Predictor,
+    PredictorCost,
+);
+
+fn predictor_stage(
+    cfg: &BenchConfig,
+    suite: &crate::Suite,
+    ex: &crate::execute::Executor,
+    out: &Path,
+) -> Result<PredictorStage> {
+    use crate::collect::{collect, read_examples, write_examples};
+    use crate::competition::Split;
+    let (train_path, held_path, pred_path, cost_path) = (
+        out.join("predictor_train.jsonl"),
+        out.join("predictor_heldout.jsonl"),
+        out.join("predictor.json"),
+        out.join("predictor_cost.json"),
+    );
+    if train_path.exists() && held_path.exists() && pred_path.exists() {
+        tracing::info!(out = %out.display(), "predictor data and weights resumed");
+        if !cost_path.exists() {
+            return Err(Error::Config(format!(
+                "{}: missing, so the predictor's cost cannot be charged to the runs; \
+                     delete predictor.json to collect and fit again, or use another --out",
+                cost_path.display()
+            )));
+        }
+        Ok((
+            read_examples(&train_path)?,
+            read_examples(&held_path)?,
+            crate::predictor::Predictor::load(&pred_path)?,
+            PredictorCost::load(&cost_path)?,
+        ))
+    } else {
+        let watch = wmrl_run::clock::Stopwatch::start();
+        let train_data = collect(suite, ex, Split::Train, cfg.per_competition, 1000)?;
+        let collecting = watch.elapsed().1;
+        // The held-out data only measures the predictor (its Spearman
+        // below); no run trains on it, so no run is charged for it.
+        let held_data = collect(suite, ex, Split::Heldout, cfg.per_competition, 2000)?;
+        let watch = wmrl_run::clock::Stopwatch::start();
+        let (pred, mse) = crate::predictor::Predictor::train(&cfg.predictor, &train_data)?;
+        let cost = PredictorCost {
+            rows: train_data.len(),
+            data_cpu_secs: collecting + train_data.iter().map(|e| e.cpu_secs).sum::<f64>(),
+            fit_cpu_secs: watch.elapsed().1,
+        };
+        tracing::info!(mse, ?cost, "predictor fitted on training competitions");
+        write_examples(&train_path, &train_data)?;
+        write_examples(&held_path, &held_data)?;
+        cost.save(&cost_path)?;
+        // Weights last (`save` writes through a rename): their presence
+        // marks the stage finished, so a half file must never be there.
+        pred.save(&pred_path)?;
+        Ok((train_data, held_data, pred, cost))
+    }
+}
+
+/// A run is compared with the bench's others only when its costs were
+/// counted as theirs: every cost (`accounting = "total"`), and the
+/// predictor's `charge` in the ledger of a run that reads the predictor
+/// (none in `real`'s).
+fn check_accounting(r: &TrainReport, charge: f64) -> Result<()> {
+    let want = if r.arm == Arm::Sparse { 0.0 } else { charge };
+    let got = r.ledger.predictor_cpu_seconds;
+    if r.accounting != Accounting::Total || (got - want).abs() > 1e-9 * want.max(1.0) {
+        return Err(Error::Config(format!(
+            "the run of {} seed {} counted its costs as `{}` with {got} CPU-s of the \
+             predictor charged, this bench's runs as `total` with {want}: runs whose \
+             cost accounting differs are not compared",
+            ar_name(r.arm),
+            r.seed,
+            accounting_name(r.accounting)
+        )));
+    }
+    Ok(())
+}
+
+fn accounting_name(a: Accounting) -> &'static str {
+    match a {
+        Accounting::Total => "total",
+        Accounting::Sandbox => "sandbox",
+    }
+}
+
+/// The accounting of a bench's runs (one: [`check_accounting`]); `sandbox`
+/// for benches before 2026-12-07.
+pub fn accounting(reports: &[TrainReport]) -> Accounting {
+    reports.first().map_or(Accounting::Total, |r| r.accounting)
+}
+
+/// The PNG of score against training CPU, every cost charged (benches
+/// before 2026-12-07 drew score_vs_sandbox_cpu.png).
+pub const PLOT_FILE: &str = "score_vs_train_cpu.png";
 
 /// Record `cfg` at `path`, or check it against the one recorded there by an
 /// earlier start of the same bench (the seed count may grow or shrink).

@@ -69,6 +69,58 @@ pub fn input(meta: &[f32], s: &Solution) -> Vec<f32> {
     v
 }
 
+/// What a fitted predictor cost before any run used it: the CPU of its
+/// training data's executions and of its fit. Written beside the weights
+/// ([`PredictorCost::path_beside`]); a run that reads the predictor is
+/// charged its share ([`crate::TrainConfig::predictor_charge_cpu_secs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PredictorCost {
+    /// Training rows the predictor was fitted on.
+    pub rows: usize,
+    /// CPU seconds of collecting them: the sandbox's CPU of every execution
+    /// (`Example::cpu_secs`), plus the collecting process's own where it
+    /// was measured (the bench measures it; `collect` files do not hold it).
+    pub data_cpu_secs: f64,
+    /// Process CPU seconds of the fit and the ONNX export.
+    pub fit_cpu_secs: f64,
+}
+
+impl PredictorCost {
+    /// Data and fit together.
+    pub fn total(&self) -> f64 {
+        self.data_cpu_secs + self.fit_cpu_secs
+    }
+
+    /// The cost file beside a predictor file (`predictor.onnx` or its
+    /// weights): `predictor.cost.json`.
+    pub fn path_beside(predictor: &Path) -> std::path::PathBuf {
+        predictor.with_extension("cost.json")
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        crate::rundir::write_json(path, self)
+    }
+
+    /// Read a cost file, refusing one whose figures are not finite and
+    /// non-negative.
+    pub fn load(path: &Path) -> Result<Self> {
+        let c: Self = crate::rundir::read_json(path)?;
+        for (name, v) in [
+            ("data_cpu_secs", c.data_cpu_secs),
+            ("fit_cpu_secs", c.fit_cpu_secs),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(Error::Config(format!(
+                    "{}: {name} = {v}, expected a finite number >= 0",
+                    path.display()
+                )));
+            }
+        }
+        Ok(c)
+    }
+}
+
 /// Training settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -22,7 +22,6 @@
 //! request succeeded and was saved.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -405,7 +404,7 @@ struct RequestScorers<'a> {
 impl Scorers for RequestScorers<'_> {
     fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError> {
         let p = self.predictor.ok_or("this arm has no world model")?;
-        let t = Instant::now();
+        let t = wmrl_run::clock::Stopwatch::start();
         let meta = &self.comp.meta.meta_features;
         let inputs: Vec<Vec<f32>> = groups
             .iter()
@@ -421,7 +420,7 @@ impl Scorers for RequestScorers<'_> {
     }
 
     fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
-        let t = Instant::now();
+        let t = wmrl_run::clock::Stopwatch::start();
         let jobs: Vec<(&Competition, String)> = groups
             .iter()
             .flat_map(|&g| self.groups[g].iter().map(|code| (self.comp, code.clone())))

@@ -17,7 +17,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -36,7 +35,7 @@ use crate::nn::seeded;
 use crate::onnx_predictor::OnnxPredictor;
 use crate::policy::{Policy, PolicyConfig, Sample, Transition, UpdateStats};
 use crate::predictor::{Example, Predictor, PredictorConfig, PredictorWeights, input};
-use wmrl_run::clock::process_cpu_secs;
+use wmrl_run::clock::Stopwatch;
 use wmrl_run::{DeviceChoice, Opened, Resume, RunDir, Saved};
 
 /// The core settings for this track's scale: the paper's calibration and
@@ -93,10 +92,63 @@ pub struct TrainConfig {
     /// ONNX Runtime on the CPU.
     #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
+    /// What the run's costs count ([`Accounting`]): `total`, every CPU
+    /// second of training. Runs recorded before this key existed counted
+    /// sandbox CPU alone and read back as `sandbox`; no new run is.
+    #[serde(default = "Accounting::recorded_before")]
+    pub accounting: Accounting,
+    /// CPU seconds of the outcome predictor's up-front cost (its training
+    /// data's executions and its fit) charged to the ledger of a run whose
+    /// arm reads the predictor (`wm`, `wmrl`), at its start
+    /// ([`wmrl_core::Ledger::predictor_cpu_seconds`]). The bench sets it to
+    /// that cost over its declared `predictor_runs`; `wmrl autoresearch
+    /// train` reads it from the cost file `fit-predictor` writes beside the
+    /// ONNX file.
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub predictor_charge_cpu_secs: f64,
 }
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// What a run's CPU figures count ([`TrainConfig::accounting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accounting {
+    /// Every CPU second of training: sandbox executions and the trainer's
+    /// own process CPU (sampling, updates, predictor inference and refits),
+    /// with the predictor's up-front share ([`Ledger::train_cpu_seconds`]).
+    Total,
+    /// The sandbox's CPU of training executions alone (runs recorded
+    /// before 2026-12-07; read back, never run).
+    Sandbox,
+}
+
+impl Accounting {
+    fn recorded_before() -> Self {
+        Accounting::Sandbox
+    }
+
+    /// The CPU a run spent on training, as this accounting counts it.
+    pub fn train_cpu(self, ledger: &Ledger) -> f64 {
+        match self {
+            Accounting::Total => ledger.train_cpu_seconds(),
+            Accounting::Sandbox => ledger.real_cpu_seconds,
+        }
+    }
+
+    /// How reports name the figure.
+    pub fn label(self) -> &'static str {
+        match self {
+            Accounting::Total => "training CPU-s, every cost charged",
+            Accounting::Sandbox => "training sandbox CPU-s",
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -112,6 +164,8 @@ impl Default for TrainConfig {
             policy: PolicyConfig::default(),
             core: small_scale_core(),
             device: DeviceChoice::Cpu,
+            accounting: Accounting::Total,
+            predictor_charge_cpu_secs: 0.0,
         }
     }
 }
@@ -141,6 +195,19 @@ impl TrainConfig {
             }
             c.core.refit.every = old;
             c.refit_predictor_every = 0;
+        }
+        if c.accounting != Accounting::Total {
+            return Err(Error::Config(
+                "accounting = \"sandbox\" is how runs before 2026-12-07 were recorded \
+                 (sandbox CPU alone); a new run charges every cost: leave the key out"
+                    .into(),
+            ));
+        }
+        let charge = c.predictor_charge_cpu_secs;
+        if !(charge.is_finite() && charge >= 0.0) {
+            return Err(Error::Config(format!(
+                "predictor_charge_cpu_secs = {charge}: expected a finite number >= 0"
+            )));
         }
         c.core.validate()?;
         Ok(c)
@@ -260,9 +327,18 @@ pub struct TrainReport {
     /// The predictor refits, in order (`core.refit`; absent without).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refits: Vec<RefitRecord>,
+    /// What the run's CPU figures count (its settings' `accounting`;
+    /// `sandbox` for runs recorded before the key).
+    #[serde(default = "Accounting::recorded_before")]
+    pub accounting: Accounting,
 }
 
 impl TrainReport {
+    /// The CPU the run spent on training, as its accounting counts it.
+    pub fn train_cpu(&self) -> f64 {
+        self.accounting.train_cpu(&self.ledger)
+    }
+
     /// The last evaluation's held-out position (0 when none was read).
     pub fn final_position(&self) -> f64 {
         self.evals
@@ -335,16 +411,15 @@ pub(crate) fn regroup<T>(items: impl IntoIterator<Item = T>, sizes: &[usize]) ->
 /// group (`sizes[i]` members) its ladder rewards in order.
 pub(crate) fn charge_real(
     ledger: &mut Ledger,
-    started: Instant,
+    started: Stopwatch,
     outs: Vec<Option<Outcome>>,
     sizes: &[usize],
 ) -> Vec<Vec<Option<f64>>> {
-    ledger.record(
-        Stage::RealExecution,
-        outs.len() as u64,
-        started.elapsed().as_secs_f64(),
-    );
-    ledger.real_cpu_seconds += outs.iter().flatten().map(|o| o.cpu_secs).sum::<f64>();
+    let (wall, cpu) = started.elapsed();
+    ledger.record(Stage::RealExecution, outs.len() as u64, wall);
+    // The sandbox's CPU, and this process's own in launching and grading.
+    let sandbox = outs.iter().flatten().map(|o| o.cpu_secs).sum::<f64>();
+    ledger.record_cpu(Stage::RealExecution, sandbox + cpu);
     regroup(outs.into_iter().map(|o| o.map(|o| o.grade.reward)), sizes)
 }
 
@@ -352,22 +427,20 @@ pub(crate) fn charge_real(
 /// them into groups of `sizes[i]`.
 pub(crate) fn charge_world_model(
     ledger: &mut Ledger,
-    started: Instant,
+    started: Stopwatch,
     flat: Vec<f64>,
     sizes: &[usize],
 ) -> Vec<Vec<f64>> {
-    ledger.record(
-        Stage::WorldModel,
-        flat.len() as u64,
-        started.elapsed().as_secs_f64(),
-    );
+    let (wall, cpu) = started.elapsed();
+    ledger.record(Stage::WorldModel, flat.len() as u64, wall);
+    ledger.record_cpu(Stage::WorldModel, cpu);
     regroup(flat, sizes)
 }
 
 impl Scorers for StepScorers<'_> {
     fn world_model(&mut self, groups: &[usize]) -> Result<Vec<Vec<f64>>, ScorerError> {
         let p = self.predictor.ok_or("this arm has no world model")?;
-        let t = Instant::now();
+        let t = Stopwatch::start();
         let inputs: Vec<Vec<f32>> = groups
             .iter()
             .flat_map(|&g| {
@@ -386,7 +459,7 @@ impl Scorers for StepScorers<'_> {
     }
 
     fn real(&mut self, groups: &[usize]) -> Result<Vec<Vec<Option<f64>>>, ScorerError> {
-        let t = Instant::now();
+        let t = Stopwatch::start();
         let all = self.groups;
         let jobs: Vec<(usize, crate::solution::Solution)> = groups
             .iter()
@@ -429,9 +502,12 @@ pub fn evaluate(
             }
         )));
     }
-    let t = Instant::now();
+    let t = Stopwatch::start();
     let outs = execute_all(executor, suite, &jobs);
-    ledger.record(Stage::Eval, jobs.len() as u64, t.elapsed().as_secs_f64());
+    let (wall, cpu) = t.elapsed();
+    ledger.record(Stage::Eval, jobs.len() as u64, wall);
+    let sandbox = outs.iter().flatten().map(|o| o.cpu_secs).sum::<f64>();
+    ledger.record_cpu(Stage::Eval, sandbox + cpu);
     let n = outs.len() as f64;
     let pos = outs
         .iter()
@@ -624,7 +700,7 @@ impl Track for ArTrack<'_> {
     }
 
     fn rollouts(&mut self, _step: usize, ledger: &mut Ledger) -> Result<Groups> {
-        let t = Instant::now();
+        let t = Stopwatch::start();
         let (cfg, comps) = (self.cfg, &self.train_comps);
         let groups: Groups = (0..cfg.groups_per_step)
             .map(|_| {
@@ -638,11 +714,13 @@ impl Track for ArTrack<'_> {
                     .map(|s| (c, s))
             })
             .collect::<Result<_>>()?;
+        let (wall, cpu) = t.elapsed();
         ledger.record(
             Stage::PolicySample,
             (cfg.groups_per_step * cfg.group_size) as u64,
-            t.elapsed().as_secs_f64(),
+            wall,
         );
+        ledger.record_cpu(Stage::PolicySample, cpu);
         Ok(groups)
     }
 
@@ -748,7 +826,7 @@ impl Track for ArTrack<'_> {
                 }
             }
         }
-        let (wall, cpu) = (Instant::now(), process_cpu_secs());
+        let watch = Stopwatch::start();
         let base = self
             .installed
             .as_ref()
@@ -756,10 +834,7 @@ impl Track for ArTrack<'_> {
         let (predictor, fit_mse) = base.fine_tuned(r.config, &rows)?;
         let onnx = OnnxPredictor::export_and_load(&predictor, &candidate_path(&r.onnx_path))?;
         let flat = onnx.predict(&held_rows)?;
-        let (fit_seconds, fit_cpu_seconds) = (
-            wall.elapsed().as_secs_f64(),
-            (process_cpu_secs() - cpu).max(0.0),
-        );
+        let (fit_seconds, fit_cpu_seconds) = watch.elapsed();
         ledger.record(Stage::WorldModel, flat.len() as u64, fit_seconds);
         ledger.record_cpu(Stage::WorldModel, fit_cpu_seconds);
         let incumbent: Vec<f64> = held_out.iter().flat_map(|g| g.wm.clone()).collect();
@@ -817,15 +892,16 @@ impl Track for ArTrack<'_> {
         }
         self.refits.push(record);
         if decision.accepted {
-            let (wall, cpu) = (Instant::now(), process_cpu_secs());
+            let watch = Stopwatch::start();
             let from = candidate_path(&r.onnx_path);
             std::fs::rename(&from, &r.onnx_path).map_err(io_err(&r.onnx_path))?;
             self.installed = Some(Installed {
                 onnx: OnnxPredictor::load(&r.onnx_path)?,
                 predictor: c.predictor,
             });
-            ledger.wm_seconds += wall.elapsed().as_secs_f64();
-            ledger.record_cpu(Stage::WorldModel, (process_cpu_secs() - cpu).max(0.0));
+            let (wall, cpu) = watch.elapsed();
+            ledger.wm_seconds += wall;
+            ledger.record_cpu(Stage::WorldModel, cpu);
         }
         Ok(())
     }
@@ -850,9 +926,11 @@ impl Track for ArTrack<'_> {
                 }
             }
         }
-        let t = Instant::now();
+        let t = Stopwatch::start();
         let up = self.policy.grpo_update(&batch)?;
-        ledger.record(Stage::Update, 1, t.elapsed().as_secs_f64());
+        let (wall, cpu) = t.elapsed();
+        ledger.record(Stage::Update, 1, wall);
+        ledger.record_cpu(Stage::Update, cpu);
         Ok(up)
     }
 
@@ -875,7 +953,7 @@ impl Track for ArTrack<'_> {
             .transpose()?;
         let point = EvalPoint {
             step: run.step,
-            train_cpu_secs: run.ledger.real_cpu_seconds,
+            train_cpu_secs: t.cfg.accounting.train_cpu(&run.ledger),
             heldout_position: heldout.map(|h| h.position),
             heldout_reward: heldout.map(|h| h.reward),
             valid_fraction: heldout.map(|h| h.valid_fraction),
@@ -1003,7 +1081,14 @@ pub fn train_with_refit(
             );
             Run::resumed(track, ck.core, ck.ledger, ck.step)
         }
-        Opened::Fresh => Run::new(track, core),
+        Opened::Fresh => {
+            let mut run = Run::new(track, core);
+            // The predictor's up-front share, paid before the first step.
+            if arm != Arm::Sparse {
+                run.ledger.predictor_cpu_seconds = cfg.predictor_charge_cpu_secs;
+            }
+            run
+        }
     };
     let schedule = Schedule {
         steps: cfg.steps,
@@ -1028,6 +1113,7 @@ pub fn train_with_refit(
         steps: std::mem::take(&mut run.track.step_logs),
         ledger: run.ledger,
         refits: std::mem::take(&mut run.track.refits),
+        accounting: cfg.accounting,
     };
     if let Some(d) = run_dir {
         d.finish(run.core.diagnostics(), &report)?;

@@ -7,7 +7,9 @@ use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
 use wmrl_autoresearch::onnx_predictor::{FILE_NAME, OnnxPredictor};
 use wmrl_autoresearch::predictor::{Example, Predictor, PredictorConfig, PredictorWeights};
-use wmrl_autoresearch::train::{PredictorRefit, RefitRecord, candidate_path, train_with_refit};
+use wmrl_autoresearch::train::{
+    Accounting, EvalPoint, PredictorRefit, RefitRecord, candidate_path, train_with_refit,
+};
 use wmrl_autoresearch::{
     AR_ARMS, Arm, Ladder, Sandbox, SandboxConfig, Split, Suite, TrainConfig, ar_name, train,
 };
@@ -233,6 +235,8 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     let cfg = BenchConfig {
         seeds: 1,
         per_competition: 1,
+        // The predictor's cost divided over this bench's wm and wmrl runs.
+        predictor_runs: 2,
         train: TrainConfig {
             steps: 1,
             groups_per_step: 2,
@@ -247,8 +251,55 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         },
     };
     let out = dir.path().join("bench");
+    // Dividing the cost over more runs than the bench has is refused
+    // before anything runs.
+    let thin = BenchConfig {
+        predictor_runs: 3,
+        ..cfg.clone()
+    };
+    let err = run_bench(&thin, &suite, &ex, &out).unwrap_err().to_string();
+    assert!(err.contains("predictor_runs = 3"), "{err}");
+    assert!(!out.exists(), "nothing was spent or written");
     let first = run_bench(&cfg, &suite, &ex, &out).unwrap();
     assert_eq!(first.reports.len(), AR_ARMS.len());
+    // Every cost is in the ledgers: the predictor's data and fit, half each
+    // to the wm and wmrl runs (paid before their first step, so their
+    // curves start there), and the trainer's own CPU beside the sandbox's.
+    let cost = first.predictor_cost.expect("the predictor's cost");
+    assert!(
+        cost.data_cpu_secs > 0.0 && cost.fit_cpu_secs > 0.0,
+        "{cost:?}"
+    );
+    assert_eq!(
+        cost,
+        wmrl_autoresearch::predictor::PredictorCost::load(&out.join("predictor_cost.json"))
+            .unwrap()
+    );
+    for r in &first.reports {
+        let l = &r.ledger;
+        let share = if r.arm == Arm::Sparse {
+            0.0
+        } else {
+            cost.total() / 2.0
+        };
+        assert_eq!(l.predictor_cpu_seconds, share, "{}", ar_name(r.arm));
+        assert_eq!(r.evals[0].train_cpu_secs, share, "{}", ar_name(r.arm));
+        assert!(
+            l.policy_cpu_seconds > 0.0 && l.update_cpu_seconds > 0.0,
+            "{l:?}"
+        );
+        assert!(r.train_cpu() > l.real_cpu_seconds + share, "{l:?}");
+        assert_eq!(r.evals.last().unwrap().train_cpu_secs, r.train_cpu());
+        if r.arm != Arm::Sparse {
+            assert!(
+                l.wm_cpu_seconds > 0.0,
+                "predictor inference is charged: {l:?}"
+            );
+        }
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("training CPU-s, every cost charged"), "{md}");
+    assert!(out.join("score_vs_train_cpu.png").exists());
     // report.md: a row per arm, every pair of arms paired by seed.
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     for arm in AR_ARMS {
@@ -310,6 +361,22 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         serde_json::to_string(&cfg).unwrap(),
     )
     .unwrap();
+    // A finished run whose costs were counted otherwise is not compared:
+    // sandbox CPU alone, or another share of the predictor.
+    let summary = std::fs::read_to_string(&done).unwrap();
+    for (key, value) in [
+        ("accounting", serde_json::json!("sandbox")),
+        ("predictor_cpu_seconds", serde_json::json!(0.0)),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&summary).unwrap();
+        match key {
+            "accounting" => v[key] = value,
+            _ => v["ledger"][key] = value,
+        }
+        std::fs::write(&done, v.to_string()).unwrap();
+        let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
+        assert!(err.contains("cost accounting differs"), "{key}: {err}");
+    }
     // A corrupt run file is an error that names it, not a silent rerun.
     std::fs::write(&done, "{ truncated").unwrap();
     let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
@@ -363,7 +430,8 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
     // (the executor's replay cache gives both the same sandbox CPU-s).
     let resumed = train(&cfg, Arm::Sparse, 3, &suite, &ex, None, Some(&cut)).unwrap();
     assert_eq!(resumed.steps, straight.steps);
-    assert_eq!(resumed.evals, straight.evals);
+    assert_eq!(learned(&resumed.evals), learned(&straight.evals));
+    assert_cpu_grows(&resumed.evals);
     assert_eq!(resumed.evals.len(), 4);
     assert_eq!(
         resumed.ledger.real_executions,
@@ -376,7 +444,8 @@ fn an_interrupted_run_resumes_from_its_checkpoint_to_the_same_result() {
     );
     let text = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
     assert_eq!(text(cut.metrics()), text(straight_dir.metrics()));
-    assert_eq!(text(cut.eval()), text(straight_dir.eval()));
+    assert_eq!(learned(&eval_lines(&cut)), learned(&straight.evals));
+    assert_eq!(eval_lines(&cut), resumed.evals);
     // An interrupted run is not continued under other settings.
     std::fs::remove_file(cut.summary()).unwrap();
     let other = TrainConfig {
@@ -407,6 +476,33 @@ fn refit_settings(steps: usize, gate: bool) -> TrainConfig {
     cfg.core.refit.min_pairs = 1;
     cfg.core.refit.gate = gate;
     cfg
+}
+
+/// What a run learned at each evaluation, its CPU figure left out: process
+/// CPU time differs between two runs of the same computation.
+fn learned(evals: &[EvalPoint]) -> Vec<EvalPoint> {
+    evals
+        .iter()
+        .map(|e| EvalPoint {
+            train_cpu_secs: 0.0,
+            ..e.clone()
+        })
+        .collect()
+}
+
+/// A run directory's eval.jsonl.
+fn eval_lines(run: &wmrl_run::RunDir) -> Vec<EvalPoint> {
+    std::fs::read_to_string(run.eval())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A resumed run's CPU carries on from its checkpoint's: it only grows.
+fn assert_cpu_grows(evals: &[EvalPoint]) {
+    let cpu: Vec<f64> = evals.iter().map(|e| e.train_cpu_secs).collect();
+    assert!(cpu.windows(2).all(|w| w[1] > w[0]), "{cpu:?}");
 }
 
 fn json(p: &std::path::Path) -> serde_json::Value {
@@ -560,7 +656,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
     let path = gated_run.dir.join("predictor.onnx");
     assert!(candidate_path(&path).exists() && !path.exists());
     assert_eq!(gated.steps, plain.steps);
-    assert_eq!(gated.evals, plain.evals);
+    assert_eq!(learned(&gated.evals), learned(&plain.evals));
     // Its cost is in the ledger: one more world-model call scoring the
     // held-out rows, and the fit's wall and process CPU seconds.
     let (g, p) = (&gated.ledger, &plain.ledger);
@@ -571,7 +667,7 @@ fn a_refit_that_ranks_the_held_out_anchors_worse_is_refused_and_paid_for() {
         "{rec:?}"
     );
     assert!(g.wm_seconds >= rec.fit_seconds);
-    assert_eq!(p.wm_cpu_seconds, 0.0);
+    assert!(p.wm_cpu_seconds > 0.0, "predictor inference is charged");
     assert!(g.wm_cpu_seconds >= rec.fit_cpu_seconds);
     assert_eq!(g.real_executions, p.real_executions);
 
@@ -706,7 +802,8 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
     let resumed = go(&cfg, &cut);
     assert!(resumed.ledger.eval_seconds > 12345.0, "not resumed");
     assert_eq!(resumed.steps, straight.steps);
-    assert_eq!(resumed.evals, straight.evals);
+    assert_eq!(learned(&resumed.evals), learned(&straight.evals));
+    assert_cpu_grows(&resumed.evals);
     assert_eq!(resumed.ledger.labels, straight.ledger.labels);
     assert_eq!(resumed.ledger.wm_rollouts, straight.ledger.wm_rollouts);
     // The refits agree but for their timings.
@@ -723,7 +820,8 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
     assert_eq!(untimed(&refit_lines(&cut)), untimed(&straight.refits));
     let text = |p: std::path::PathBuf| std::fs::read_to_string(p).unwrap();
     assert_eq!(text(cut.metrics()), text(straight_dir.metrics()));
-    assert_eq!(text(cut.eval()), text(straight_dir.eval()));
+    assert_eq!(learned(&eval_lines(&cut)), learned(&straight.evals));
+    assert_eq!(eval_lines(&cut), resumed.evals);
 }
 
 /// Settings the benches recorded before the shared refit still read; the
@@ -740,8 +838,15 @@ fn committed_autoresearch_settings_still_read() {
             continue;
         }
         benches += 1;
-        let b: BenchConfig = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap())
+        let mut b: BenchConfig = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap())
             .unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
+        let old = b.train.accounting == Accounting::Sandbox;
+        if old {
+            // Recorded when runs counted sandbox CPU alone: read, never run.
+            let e = b.train.resolved().unwrap_err().to_string();
+            assert!(e.contains("accounting"), "{e}");
+            b.train.accounting = Accounting::Total;
+        }
         let resolved = b.train.resolved().unwrap();
         assert_eq!(
             resolved.core.refit.every,
@@ -757,8 +862,16 @@ fn committed_autoresearch_settings_still_read() {
                 .join("seed0")
                 .join("config.json");
             if run.exists() {
-                let t: TrainConfig = serde_json::from_str(&std::fs::read_to_string(&run).unwrap())
-                    .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
+                let mut t: TrainConfig =
+                    serde_json::from_str(&std::fs::read_to_string(&run).unwrap())
+                        .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
+                assert_eq!(
+                    t.accounting == Accounting::Sandbox,
+                    old,
+                    "{}",
+                    run.display()
+                );
+                t.accounting = Accounting::Total;
                 assert_eq!(t.resolved().unwrap(), resolved, "{}", run.display());
             }
         }

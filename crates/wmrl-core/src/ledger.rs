@@ -61,10 +61,21 @@ pub struct Ledger {
     /// redraws.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub redrawn_groups: u64,
+    /// This run's share of its world model's up-front cost, in CPU
+    /// seconds: collecting the world model's training data and fitting it,
+    /// divided over the runs declared to share it (the AutoResearch
+    /// bench's `predictor_runs`). Charged once, at the run's start. Absent
+    /// (0) where a run pays nothing up front.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub predictor_cpu_seconds: f64,
 }
 
 fn is_zero(x: &u64) -> bool {
     *x == 0
+}
+
+fn is_zero_f64(x: &f64) -> bool {
+    *x == 0.0
 }
 
 impl Ledger {
@@ -115,6 +126,17 @@ impl Ledger {
         out
     }
 
+    /// CPU seconds of training, every cost charged: real execution, the
+    /// world model (inference, refits and its up-front share), policy
+    /// sampling and updates. Evaluation is not training and is left out.
+    pub fn train_cpu_seconds(&self) -> f64 {
+        self.real_cpu_seconds
+            + self.wm_cpu_seconds
+            + self.predictor_cpu_seconds
+            + self.policy_cpu_seconds
+            + self.update_cpu_seconds
+    }
+
     /// Sum of two ledgers (e.g. over seeds).
     pub fn merge(&mut self, o: &Ledger) {
         self.real_executions += o.real_executions;
@@ -136,6 +158,7 @@ impl Ledger {
         self.update_cpu_seconds += o.update_cpu_seconds;
         self.eval_cpu_seconds += o.eval_cpu_seconds;
         self.redrawn_groups += o.redrawn_groups;
+        self.predictor_cpu_seconds += o.predictor_cpu_seconds;
     }
 }
 
@@ -162,5 +185,14 @@ mod tests {
         c.merge(&b);
         assert_eq!((c.policy_cpu_seconds, c.real_cpu_seconds), (3.0, 1.0));
         assert_eq!(c.eval_cpu_seconds, 0.0);
+        // Training CPU charges every stage but evaluation.
+        c.record_cpu(Stage::Eval, 100.0);
+        c.record_cpu(Stage::WorldModel, 0.25);
+        c.record_cpu(Stage::Update, 0.5);
+        c.predictor_cpu_seconds = 2.0;
+        assert_eq!(c.train_cpu_seconds(), 3.0 + 1.0 + 0.25 + 0.5 + 2.0);
+        let mut d = c.clone();
+        d.merge(&c);
+        assert_eq!(d.predictor_cpu_seconds, 4.0);
     }
 }

@@ -12,7 +12,7 @@ use wmrl_autoresearch::competition::default_suite_dir;
 use wmrl_autoresearch::execute::Executor;
 use wmrl_autoresearch::lock::WorkRoot;
 use wmrl_autoresearch::onnx_predictor::{OnnxPredictor, max_abs_diff};
-use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig};
+use wmrl_autoresearch::predictor::{InputKind, Predictor, PredictorConfig, PredictorCost};
 use wmrl_autoresearch::rewards::{RewardConfig, RewardService};
 use wmrl_autoresearch::sandbox::repo_root;
 use wmrl_autoresearch::{
@@ -212,8 +212,9 @@ pub enum Sub {
         common: Common,
     },
     /// Predictor data, predictor, then every arm over several seeds; prints
-    /// score per arm with 95% intervals against sandbox CPU-seconds and
-    /// writes a PNG.
+    /// score per arm with 95% intervals against training CPU-seconds, every
+    /// cost charged (the predictor's data and fit shared over
+    /// `predictor_runs` runs), and writes a PNG.
     Bench(BenchArgs),
 }
 
@@ -526,18 +527,33 @@ fn fit_predictor(
     };
     let inputs = example_inputs(kind, &train_data, &s)?;
     let targets: Vec<f64> = train_data.iter().map(|e| e.reward).collect();
+    let watch = wmrl_run::clock::Stopwatch::start();
     let (p, mse) = Predictor::train_on(&PredictorConfig::default(), kind, &inputs, &targets)?;
+    let cost = PredictorCost {
+        rows: train_data.len(),
+        data_cpu_secs: train_data.iter().map(|e| e.cpu_secs).sum(),
+        fit_cpu_secs: watch.elapsed().1,
+    };
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         mkdir(dir)?;
     }
     let weights = out.with_extension("json");
     p.save(&weights)?;
+    let cost_file = PredictorCost::path_beside(out);
+    cost.save(&cost_file)?;
     let onnx = OnnxPredictor::export_and_load(&p, out)?;
     println!(
         "predictor: train mse {mse:.4} -> {} (ONNX, scored through ONNX Runtime; weights {}); max |candle - ort| on 256 random inputs {:.1e}",
         out.display(),
         weights.display(),
         max_abs_diff(&p, &onnx, 256, 0)?
+    );
+    println!(
+        "predictor cost: data {:.1} sandbox CPU-s over {} rows + fit {:.1} CPU-s -> {} (`autoresearch train` charges it to a wm or wmrl run)",
+        cost.data_cpu_secs,
+        cost.rows,
+        cost.fit_cpu_secs,
+        cost_file.display()
     );
     print_predictor_eval("training data", &onnx, &train_data, &s)?;
     if let Some(h) = heldout {
@@ -563,6 +579,7 @@ fn train_one(
             "loading the outcome predictor (`wmrl autoresearch fit-predictor --out <predictor.onnx>` writes one)",
         )?)
     };
+    let cfg = &predictor_charged(cfg, arm, predictor)?;
     let run = wmrl_run::RunDir::in_bench(out, ar_name(arm), seed);
     let work = common.work_root("train")?;
     let r = train(
@@ -575,7 +592,7 @@ fn train_one(
         Some(&run),
     )?;
     for e in &r.evals {
-        let mut line = format!("step {:>3}  sandbox cpu {:>8.1}s", e.step, e.train_cpu_secs);
+        let mut line = format!("step {:>3}  train cpu {:>8.1}s", e.step, e.train_cpu_secs);
         for (name, sc) in [
             ("training", e.train_competitions),
             ("held-out", e.heldout()),
@@ -591,6 +608,34 @@ fn train_one(
     }
     println!("ledger: {}", serde_json::to_string(&r.ledger)?);
     Ok(())
+}
+
+/// `cfg` with the predictor's up-front cost charged, for an arm that reads
+/// it: the whole of the cost file beside `predictor` (what `fit-predictor`
+/// wrote), unless the settings give `predictor_charge_cpu_secs`. A
+/// predictor without a cost file is charged nothing, and says so.
+fn predictor_charged(cfg: &TrainConfig, arm: Arm, predictor: &Path) -> anyhow::Result<TrainConfig> {
+    let mut cfg = cfg.clone();
+    if arm == Arm::Sparse || cfg.predictor_charge_cpu_secs > 0.0 {
+        return Ok(cfg);
+    }
+    let file = PredictorCost::path_beside(predictor);
+    if file.exists() {
+        let cost = PredictorCost::load(&file)?;
+        cfg.predictor_charge_cpu_secs = cost.total();
+        println!(
+            "predictor cost charged to this run: {:.1} CPU-s ({})",
+            cost.total(),
+            file.display()
+        );
+    } else {
+        println!(
+            "predictor cost unknown ({} is missing): nothing charged for it; \
+             --set predictor_charge_cpu_secs=<CPU-s> charges it",
+            file.display()
+        );
+    }
+    Ok(cfg)
 }
 
 /// `autoresearch serve-rewards`: the reward service on `bind`.
@@ -629,6 +674,8 @@ fn bench(cfg: &BenchConfig, out: &Path, common: &Common) -> anyhow::Result<()> {
     let res = run_bench(cfg, &s, &executor(common, &work)?, out).map_err(|e| {
         let hint = if e.to_string().contains("train.curve_on: absent against") {
             " (a bench started before 2026-12-04 drew its curve on the held-out competitions: `--curve-on heldout` resumes it)"
+        } else if e.to_string().contains("train.accounting") {
+            " (a bench started before 2026-12-07 counted sandbox CPU alone; this version charges every cost and does not resume it: use another --out)"
         } else {
             ""
         };
@@ -636,7 +683,7 @@ fn bench(cfg: &BenchConfig, out: &Path, common: &Common) -> anyhow::Result<()> {
     })?;
     print!("{}", res.table());
     println!(
-        "wrote {}/bench.json and score_vs_sandbox_cpu.png",
+        "wrote {}/bench.json and score_vs_train_cpu.png",
         out.display()
     );
     Ok(())

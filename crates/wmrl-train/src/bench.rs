@@ -115,6 +115,96 @@ fn curve_points(run: &RunDir, start: &[EvalRecord]) -> Result<Vec<(f64, f64)>> {
     Ok(ev.iter().map(|e| (e.step as f64, e.success)).collect())
 }
 
+/// A run's curve against the real labels it had used by each evaluation:
+/// `(labels, success)` of its `curve` evaluations (`heldout` ones in older
+/// runs).
+fn label_points(run: &RunDir) -> Result<Vec<(f64, f64)>> {
+    let evals: Vec<EvalRecord> = wmrl_run::read_all(&run.eval())?;
+    let split = if evals.iter().any(|e| e.split == "curve") {
+        "curve"
+    } else {
+        "heldout"
+    };
+    Ok(evals
+        .iter()
+        .filter(|e| e.split == split)
+        .map(|e| (e.labels_cumulative as f64, e.success))
+        .collect())
+}
+
+/// The labels at which a curve of `(labels, success)` first reaches
+/// `target`, linear between its points; `None` when it never does.
+pub fn labels_to_reach(points: &[(f64, f64)], target: f64) -> Option<f64> {
+    if let Some(&(x, _)) = points.first().filter(|p| p.1 >= target) {
+        return Some(x);
+    }
+    points.windows(2).find_map(|w| {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        (y1 >= target).then(|| x0 + (target - y0) / (y1 - y0) * (x1 - x0))
+    })
+}
+
+/// The section "Labels to reach `reference`'s final success": for each
+/// other arm, paired by seed, the labels its validation curve needed to
+/// reach the final curve value of the reference's run of the same seed
+/// (from the start's curve point at 0 labels, linear between
+/// evaluations), with the seeds that never reached it counted apart.
+fn labels_section(
+    bench: &Path,
+    results: &[ArmResult],
+    reference: &str,
+    start_evals: &[EvalRecord],
+) -> Result<String> {
+    let Some(refr) = results.iter().find(|r| r.name == reference) else {
+        return Ok(format!("No finished run of `{reference}` yet.\n"));
+    };
+    let start: Vec<(f64, f64)> = start_evals
+        .iter()
+        .filter(|e| e.split == "curve" && e.step == 0)
+        .map(|e| (0.0, e.success))
+        .collect();
+    let curve = |name: &str, seed: u64| -> Result<Vec<(f64, f64)>> {
+        let pts = label_points(&RunDir::in_bench(bench, name, seed))?;
+        let own_start = pts.first().is_some_and(|p| p.0 == 0.0);
+        Ok(if own_start {
+            pts
+        } else {
+            [start.clone(), pts].concat()
+        })
+    };
+    let mut text = format!(
+        "Real labels each arm needed to reach the final validation-curve success (greedy, the curve states) of `{reference}`'s run of the same seed: read off the run's curve against the labels it had used by each evaluation, from the start's point at 0 labels, linear between evaluations (registered before the runs). The interval is over the seeds that reached it; `reached` counts them.\n\n| arm | seeds | reached | labels to reach (95% CI) | labels by the end | `{reference}`'s labels by the end |\n|---|---|---|---|---|---|\n"
+    );
+    for r in results.iter().filter(|r| r.name != reference) {
+        let mut reached = Vec::new();
+        let mut paired = 0;
+        for run in &r.runs {
+            let Some(target) = refr
+                .runs
+                .iter()
+                .find(|x| x.seed == run.seed)
+                .map(|x| curve(reference, x.seed))
+                .transpose()?
+                .and_then(|c| c.last().map(|p| p.1))
+            else {
+                continue;
+            };
+            paired += 1;
+            reached.extend(labels_to_reach(&curve(&r.name, run.seed)?, target));
+        }
+        let cell = MeanCi::of(&reached).map_or("-".into(), |c| c.plain(0, false));
+        let _ = writeln!(
+            text,
+            "| {} | {paired} | {} | {cell} | {:.0} | {:.0} |",
+            r.name,
+            reached.len(),
+            r.labels,
+            refr.labels
+        );
+    }
+    Ok(text)
+}
+
 /// Parse `all`, `none` or a comma list of arm names.
 pub fn parse_arms(s: &str) -> Result<Vec<BenchArm>> {
     match s.trim() {
@@ -241,6 +331,7 @@ pub fn write_report(
     title: &str,
     confirms: &[Confirm],
     compares: &[Compare],
+    labels_reference: Option<&str>,
 ) -> Result<String> {
     let results = collect_results(bench, arms, seeds)?;
     if results.is_empty() {
@@ -283,6 +374,12 @@ pub fn write_report(
         ]),
     );
     report.section("Where intervals overlap", &overlap_lines(&results));
+    if let Some(reference) = labels_reference {
+        report.section(
+            &format!("Labels to reach `{reference}`'s final success"),
+            &labels_section(bench, &results, reference, &start_evals)?,
+        );
+    }
     report.section(
         "Where the time goes",
         &format!("Seconds per training rollout by phase, from each run's ledger: process CPU seconds (`clock` CPU) where the runs measured them, else wall seconds (`clock` wall; runs before 2026-12-03). Simulation includes rendering both cameras where a frame is looked at: a chunk's last step and episode ends; sampling is the policy's forward passes and token draws; the update is GRPO's forward and backward passes; then seconds per evaluation episode.\n\n| arm | clock | rollouts per run | simulate s | sample s | world model s | update s | total s | eval s per episode |\n|---|---|---|---|---|---|---|---|---|\n{}", phase_rows(&results)),
@@ -464,19 +561,7 @@ fn write_curves(
                 continue;
             }
             per_run_eval.push(curve_points(&run, start_evals)?);
-            let evals: Vec<EvalRecord> = wmrl_run::read_all(&run.eval())?;
-            let split = if evals.iter().any(|e| e.split == "curve") {
-                "curve"
-            } else {
-                "heldout"
-            };
-            per_run_labels.push(
-                evals
-                    .iter()
-                    .filter(|e| e.split == split)
-                    .map(|e| (e.labels_cumulative as f64, e.success))
-                    .collect(),
-            );
+            per_run_labels.push(label_points(&run)?);
             let ms: Vec<StepMetrics> = wmrl_run::read_all(&run.metrics())?;
             per_run_w.push(
                 ms.iter()
@@ -746,6 +831,50 @@ mod tests {
             cpu_train_seconds: None,
             runs,
         }
+    }
+
+    /// A curve record as a run's eval.jsonl holds it.
+    fn curve_line(step: usize, labels: u64, success: f64) -> String {
+        format!(
+            "{{\"step\":{step},\"split\":\"curve\",\"states\":[16,25],\"success\":{success},\"ci_low\":0.0,\"ci_high\":1.0,\"episodes\":100,\"per_task\":[],\"labels_cumulative\":{labels},\"temperature\":0.0,\"seconds\":1.0}}\n"
+        )
+    }
+
+    #[test]
+    fn labels_to_reach_reads_each_curve_against_its_seeds_reference() {
+        assert_eq!(labels_to_reach(&[(0.0, 0.7)], 0.6), Some(0.0));
+        assert_eq!(labels_to_reach(&[(0.0, 0.2), (100.0, 0.5)], 0.6), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, seed: u64, lines: &[(usize, u64, f64)]| {
+            let run = RunDir::in_bench(dir.path(), name, seed);
+            std::fs::create_dir_all(&run.dir).expect("dir");
+            let text: String = lines.iter().map(|&(s, l, y)| curve_line(s, l, y)).collect();
+            std::fs::write(run.eval(), text).expect("eval");
+        };
+        // The reference ends at 0.6 on both seeds; `a` reaches it on seed 0
+        // halfway between 240 and 1,200 labels, and never on seed 1.
+        write("full", 0, &[(10, 2560, 0.4), (50, 12800, 0.6)]);
+        write("full", 1, &[(10, 2560, 0.5), (50, 12800, 0.6)]);
+        write("a", 0, &[(10, 240, 0.5), (50, 1200, 0.7)]);
+        write("a", 1, &[(10, 240, 0.4), (50, 1200, 0.5)]);
+        let start: Vec<EvalRecord> =
+            vec![serde_json::from_str(curve_line(0, 0, 0.3).trim()).expect("record")];
+        let results = [
+            result("full", vec![summary(0, 0.5), summary(1, 0.5)]),
+            result("a", vec![summary(0, 0.5), summary(1, 0.5)]),
+        ];
+        let text = labels_section(dir.path(), &results, "full", &start).expect("section");
+        assert!(text.contains("| a | 2 | 1 | 720 (1 seed) |"), "{text}");
+        // From the start's point: a curve already above the target at its
+        // first evaluation reaches it between 0 labels and there.
+        write("a", 1, &[(10, 240, 0.9)]);
+        let text = labels_section(dir.path(), &results, "full", &start).expect("section");
+        assert!(text.contains("| a | 2 | 2 |"), "{text}");
+        assert!(
+            labels_section(dir.path(), &results, "none", &start)
+                .expect("no reference")
+                .contains("No finished run")
+        );
     }
 
     #[test]

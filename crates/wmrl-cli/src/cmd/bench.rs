@@ -59,6 +59,13 @@ pub struct Args {
     /// `dense_raw`), e.g. `--compare wmrl_b_coevo-wmrl_b`.
     #[arg(long = "compare", value_name = "A-B")]
     pub compares: Vec<wmrl_train::confirm::Compare>,
+    /// The arm whose final success the others are measured against in
+    /// labels: report.md gains "Labels to reach ARM's final success" (the
+    /// real labels each other arm's validation curve needed to reach the
+    /// final curve value of ARM's run of the same seed), e.g.
+    /// `--labels-reference sparse_full`.
+    #[arg(long, value_name = "ARM")]
+    pub labels_reference: Option<String>,
     /// Start no run: write report.md from the runs that have finished
     /// (unfinished seeds count as planned but missing, so a confirmatory
     /// comparison stays incomplete).
@@ -223,6 +230,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for c in &args.compares {
         c.arms(&names)?;
     }
+    if let Some(r) = &args.labels_reference {
+        anyhow::ensure!(
+            names.contains(&r.as_str()),
+            "--labels-reference {r}: not one of this bench's arms ({})",
+            names.join(", ")
+        );
+    }
     let failed = if args.report_only {
         Vec::new()
     } else {
@@ -236,6 +250,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         &args.title,
         &args.confirms,
         &args.compares,
+        args.labels_reference.as_deref(),
     )?;
     println!("{table}");
     println!("report: {}", args.out.join("report.md").display());

@@ -20,13 +20,15 @@ pub fn mean_ci95(xs: &[f64]) -> (f64, f64) {
     wmrl_core::stats::MeanCi::of(xs).map_or((f64::NAN, f64::NAN), |c| ci95_of(&c))
 }
 
-/// Paired by seed: arm `a`'s final held-out position minus arm `b`'s.
+/// Paired by seed: bench arm `a`'s final held-out position minus `b`'s
+/// (arms by name: `real`, `wm`, `wmrl` or a variant's).
 pub fn final_difference(
     reports: &[TrainReport],
-    a: Arm,
-    b: Arm,
+    a: &str,
+    b: &str,
 ) -> Option<wmrl_core::stats::MeanCi> {
-    let of = |arm: Arm| -> Vec<&TrainReport> { reports.iter().filter(|r| r.arm == arm).collect() };
+    let of =
+        |name: &str| -> Vec<&TrainReport> { reports.iter().filter(|r| r.name() == name).collect() };
     wmrl_run::bench::paired(&of(a), &of(b), |r| Some((r.seed, r.final_position())))
 }
 
@@ -39,9 +41,11 @@ fn ci95_of(c: &wmrl_core::stats::MeanCi) -> (f64, f64) {
     }
 }
 
-/// One arm over its seeds.
+/// One bench arm over its seeds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ArmSummary {
+    /// The bench arm: `real`, `wm`, `wmrl` or a variant's name.
+    pub name: String,
     /// Written and read as `real`, `wm` or `wmrl` ([`crate::arm`]).
     #[serde(with = "serde_ar_arm")]
     pub arm: Arm,
@@ -55,19 +59,28 @@ pub struct ArmSummary {
     pub wm_rollouts_mean: f64,
 }
 
+/// The bench arms of `reports` by name, in the order they first appear.
+pub fn arm_names(reports: &[TrainReport]) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in reports {
+        if !names.contains(&r.name()) {
+            names.push(r.name());
+        }
+    }
+    names
+}
+
 pub fn summarize(reports: &[TrainReport]) -> Vec<ArmSummary> {
-    AR_ARMS
-        .iter()
-        .filter_map(|&arm| {
-            let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.arm == arm).collect();
-            if rs.is_empty() {
-                return None;
-            }
+    arm_names(reports)
+        .into_iter()
+        .map(|name| {
+            let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.name() == name).collect();
             let (pm, pc) = mean_ci95(&rs.iter().map(|r| r.final_position()).collect::<Vec<_>>());
             let (cm, cc) = mean_ci95(&rs.iter().map(|r| r.train_cpu()).collect::<Vec<_>>());
             let n = rs.len() as f64;
-            Some(ArmSummary {
-                arm,
+            ArmSummary {
+                name: name.to_string(),
+                arm: rs[0].arm,
                 seeds: rs.len(),
                 position_mean: pm,
                 position_ci95: pc,
@@ -80,7 +93,7 @@ pub fn summarize(reports: &[TrainReport]) -> Vec<ArmSummary> {
                     .sum::<f64>()
                     / n,
                 wm_rollouts_mean: rs.iter().map(|r| r.ledger.wm_rollouts as f64).sum::<f64>() / n,
-            })
+            }
         })
         .collect()
 }
@@ -125,10 +138,11 @@ pub fn curve_label(reports: &[TrainReport]) -> &'static str {
     }
 }
 
-/// Mean curve of one arm over its seeds, one point per evaluation (on
-/// the training competitions where the runs drew them there).
-pub fn mean_curve(reports: &[TrainReport], arm: Arm) -> Vec<CurvePoint> {
-    let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.arm == arm).collect();
+/// Mean curve of one bench arm (by name) over its seeds, one point per
+/// evaluation (on the training competitions where the runs drew them
+/// there).
+pub fn mean_curve(reports: &[TrainReport], name: &str) -> Vec<CurvePoint> {
+    let rs: Vec<&TrainReport> = reports.iter().filter(|r| r.name() == name).collect();
     let k = rs.iter().map(|r| r.evals.len()).min().unwrap_or(0);
     (0..k)
         .map(|i| {
@@ -152,9 +166,9 @@ pub fn mean_curve(reports: &[TrainReport], arm: Arm) -> Vec<CurvePoint> {
 pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
     use plotters::prelude::*;
     let err = |e: &dyn std::fmt::Display| Error::Config(format!("plot {}: {e}", path.display()));
-    let curves: Vec<(Arm, Vec<CurvePoint>)> = AR_ARMS
-        .iter()
-        .map(|&a| (a, mean_curve(reports, a)))
+    let curves: Vec<(&str, Vec<CurvePoint>)> = arm_names(reports)
+        .into_iter()
+        .map(|a| (a, mean_curve(reports, a)))
         .filter(|(_, c)| !c.is_empty())
         .collect();
     let half = |p: &CurvePoint| if p.ci95.is_finite() { p.ci95 } else { 0.0 };
@@ -192,7 +206,7 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
         .y_desc(format!("{} mean position score", curve_label(reports)))
         .draw()
         .map_err(|e| err(&e))?;
-    let colors = [RED, BLUE, GREEN];
+    let colors = [RED, BLUE, GREEN, MAGENTA, CYAN, BLACK];
     for (i, (_, c)) in curves.iter().enumerate() {
         // The band: upper edge forward, lower edge back.
         let band: Vec<(f64, f64)> = c
@@ -203,17 +217,17 @@ pub fn plot(reports: &[TrainReport], path: &Path) -> Result<()> {
         chart
             .draw_series(std::iter::once(Polygon::new(
                 band,
-                colors[i % 3].mix(0.15).filled(),
+                colors[i % colors.len()].mix(0.15).filled(),
             )))
             .map_err(|e| err(&e))?;
     }
-    for (i, (arm, c)) in curves.iter().enumerate() {
-        let color = colors[i % 3];
+    for (i, (name, c)) in curves.iter().enumerate() {
+        let color = colors[i % colors.len()];
         let pts: Vec<(f64, f64)> = c.iter().map(|p| (p.cpu_secs, p.position)).collect();
         chart
             .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
             .map_err(|e| err(&e))?
-            .label(ar_name(*arm))
+            .label(*name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
         chart
             .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
@@ -262,19 +276,20 @@ mod tests {
             ledger: Default::default(),
             refits: Vec::new(),
             accounting: Accounting::Total,
+            variant: None,
         };
         let rs = [
             run(0, &[0.2, 0.5]),
             run(1, &[0.2, 0.7]),
             run(2, &[0.2, 0.9]),
         ];
-        let c = mean_curve(&rs, Arm::Sparse);
+        let c = mean_curve(&rs, "real");
         assert_eq!(c.len(), 2);
         assert!(c[0].ci95.abs() < 1e-12);
         assert!((c[1].position - 0.7).abs() < 1e-12);
         assert!((c[1].ci95 - mean_ci95(&[0.5, 0.7, 0.9]).1).abs() < 1e-12);
         assert!((c[1].cpu_secs - 11.0).abs() < 1e-12);
-        assert!(mean_curve(&rs, Arm::DenseRaw).is_empty());
+        assert!(mean_curve(&rs, "wm").is_empty());
         // Seeds' mean reaches 0.45 halfway between the two evaluations.
         assert!((cpu_to_reach(&c, 0.45).expect("reached") - 6.0).abs() < 1e-12);
         assert_eq!(cpu_to_reach(&c, 0.1), Some(1.0));
@@ -296,11 +311,42 @@ pub struct BenchConfig {
     /// data's executions and its fit, `predictor_cost.json`) is divided
     /// over, declared before the bench: each `wm` and `wmrl` run is charged
     /// that cost over this number. At least 1 (each run pays it all) and at
-    /// most the bench's runs that read the predictor (2 x seeds), so that
-    /// the bench's runs together pay at least the whole cost.
+    /// most the bench's runs that read the predictor (seeds x its arms other
+    /// than `real`), so that they together pay at least the whole cost.
     pub predictor_runs: usize,
     pub train: crate::train::TrainConfig,
     pub predictor: crate::predictor::PredictorConfig,
+    /// Arms beyond `real`, `wm` and `wmrl`: one of them with `[train]` keys
+    /// changed, e.g. `wmrl` given the CPU `real` spends as more steps or
+    /// bigger groups (the equal-compute runs). Their runs go to
+    /// `<name>/seed<k>/` and pair with every other arm by seed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<ArVariant>,
+}
+
+/// A bench arm that is one of the track's arms with `[train]` keys changed
+/// (`[[variants]]` in a bench config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArVariant {
+    /// Its name in reports and its runs' folder: lowercase letters, digits
+    /// and `_`, not an arm's name.
+    pub name: String,
+    /// `real`, `wm` or `wmrl`.
+    #[serde(with = "serde_ar_arm")]
+    pub arm: Arm,
+    /// `[train]` keys as `--set` writes them, e.g. `["steps=48"]`.
+    #[serde(default)]
+    pub set: Vec<String>,
+}
+
+/// One arm of a bench as it runs: its name, the track's arm, its settings
+/// (resolved; a variant's carry its name).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchArm {
+    pub name: String,
+    pub arm: Arm,
+    pub train: crate::train::TrainConfig,
 }
 
 impl BenchConfig {
@@ -311,14 +357,57 @@ impl BenchConfig {
         wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
 
+    /// Every arm of the bench: `real`, `wm` and `wmrl` with `[train]`, then
+    /// each variant with its keys applied, resolved. A variant with a bad
+    /// name, an unknown key or settings that do not resolve is refused,
+    /// naming it.
+    pub fn arms(&self) -> Result<Vec<BenchArm>> {
+        let mut arms: Vec<BenchArm> = AR_ARMS
+            .iter()
+            .map(|&arm| BenchArm {
+                name: ar_name(arm).to_string(),
+                arm,
+                train: self.train.clone(),
+            })
+            .collect();
+        for v in &self.variants {
+            let bad = |m: String| Error::Config(format!("variant `{}`: {m}", v.name));
+            let well_formed = !v.name.is_empty()
+                && v.name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if !well_formed || arms.iter().any(|a| a.name == v.name) {
+                return Err(bad(
+                    "a name is lowercase letters, digits and `_`, and not another arm's".into(),
+                ));
+            }
+            let mut doc = toml::Table::try_from(&self.train).map_err(|e| bad(e.to_string()))?;
+            for set in &v.set {
+                wmrl_run::apply_set(&mut doc, set).map_err(|e| bad(e.to_string()))?;
+            }
+            let mut train: crate::train::TrainConfig = doc
+                .try_into()
+                .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+            train.variant = Some(v.name.clone());
+            arms.push(BenchArm {
+                name: v.name.clone(),
+                arm: v.arm,
+                train: train.resolved().map_err(|e| bad(e.to_string()))?,
+            });
+        }
+        Ok(arms)
+    }
+
     /// The predictor's charge to each run that reads it: its up-front
-    /// cost over `predictor_runs` (refused outside 1..=2 x seeds).
+    /// cost over `predictor_runs` (refused outside 1 to the bench's runs
+    /// that read the predictor: seeds x its arms other than `real`).
     pub fn predictor_charge(&self, cost: &crate::predictor::PredictorCost) -> Result<f64> {
-        let most = 2 * self.seeds as usize;
+        let readers = self.arms()?.iter().filter(|a| a.arm != Arm::Sparse).count();
+        let most = readers * self.seeds as usize;
         if !(1..=most.max(1)).contains(&self.predictor_runs) {
             return Err(Error::Config(format!(
                 "predictor_runs = {}: the predictor's cost is divided over 1 to {most} runs \
-                 (the bench's `wm` and `wmrl` runs over {} seeds), so that they pay it whole",
+                 (the bench's {readers} arms that read it over {} seeds), so that they pay it whole",
                 self.predictor_runs, self.seeds
             )));
         }
@@ -334,6 +423,7 @@ impl Default for BenchConfig {
             predictor_runs: 1,
             train: Default::default(),
             predictor: Default::default(),
+            variants: Vec::new(),
         }
     }
 }
@@ -369,15 +459,15 @@ impl BenchResult {
     /// plain-text details.
     pub fn report(&self) -> Report {
         use wmrl_core::stats::MeanCi;
-        let by_seed = |arm: Arm, f: &dyn Fn(&TrainReport) -> f64| -> Vec<(u64, f64)> {
+        let by_seed = |name: &str, f: &dyn Fn(&TrainReport) -> f64| -> Vec<(u64, f64)> {
             self.reports
                 .iter()
-                .filter(|r| r.arm == arm)
+                .filter(|r| r.name() == name)
                 .map(|r| (r.seed, f(r)))
                 .collect()
         };
-        let finals = |arm| by_seed(arm, &|r: &TrainReport| r.final_position());
-        let starts = |arm| by_seed(arm, &|r: &TrainReport| r.start_position());
+        let finals = |name| by_seed(name, &|r: &TrainReport| r.final_position());
+        let starts = |name| by_seed(name, &|r: &TrainReport| r.start_position());
         let cell = |c: Option<MeanCi>, signed| c.map_or("-".into(), |c| c.plain(3, signed));
         let values = |v: &[(u64, f64)]| v.iter().map(|x| x.1).collect::<Vec<_>>();
         let mut report = Report::new(
@@ -398,14 +488,14 @@ impl BenchResult {
             accounting(&self.reports).label()
         );
         for a in &self.summary {
-            let cpu = values(&by_seed(a.arm, &|r: &TrainReport| r.train_cpu()));
+            let cpu = values(&by_seed(&a.name, &|r: &TrainReport| r.train_cpu()));
             table += &format!(
                 "| {} | {} | {} | {:.3} | {} | {} | {:.0} | {:.0} |\n",
-                ar_name(a.arm),
+                a.name,
                 a.seeds,
-                cell(MeanCi::of(&values(&finals(a.arm))), false),
+                cell(MeanCi::of(&values(&finals(&a.name))), false),
                 a.initial_position_mean,
-                cell(MeanCi::paired(&finals(a.arm), &starts(a.arm)), true),
+                cell(MeanCi::paired(&finals(&a.name), &starts(&a.name)), true),
                 MeanCi::of(&cpu).map_or("-".into(), |c| c.plain(1, false)),
                 a.executions_mean,
                 a.wm_rollouts_mean,
@@ -413,16 +503,11 @@ impl BenchResult {
         }
         report.section("Held-out position", &table);
         let mut paired = PairedTable::default();
-        let arms: Vec<Arm> = self.summary.iter().map(|a| a.arm).collect();
+        let arms: Vec<&str> = self.summary.iter().map(|a| a.name.as_str()).collect();
         for (i, &a) in arms.iter().enumerate().rev() {
             for &b in arms[..i].iter().rev() {
                 if let Some(d) = final_difference(&self.reports, a, b) {
-                    paired.row(
-                        ar_name(a),
-                        ar_name(b),
-                        d.n,
-                        &[d.plain(3, true), d.verdict().into()],
-                    );
+                    paired.row(a, b, d.n, &[d.plain(3, true), d.verdict().into()]);
                 }
             }
         }
@@ -452,7 +537,7 @@ impl BenchResult {
         for a in &self.summary {
             s += &format!(
                 "{:<6} {:>5} {:>8.3} ± {:<6.3}(from {:.3}) {:>12.1} ± {:<11.1} {:>10.0} {:>10.0}\n",
-                ar_name(a.arm),
+                a.name,
                 a.seeds,
                 a.position_mean,
                 a.position_ci95,
@@ -502,13 +587,13 @@ impl BenchResult {
             curve_label(&self.reports)
         );
         for a in &self.summary {
-            let pts: Vec<String> = mean_curve(&self.reports, a.arm)
+            let pts: Vec<String> = mean_curve(&self.reports, &a.name)
                 .iter()
                 .map(|p| format!("{:.1}: {:.3}", p.cpu_secs, p.position))
                 .collect();
-            s += &format!("  {:<6} {}\n", ar_name(a.arm), pts.join(", "));
+            s += &format!("  {:<6} {}\n", a.name, pts.join(", "));
         }
-        let real = mean_curve(&self.reports, Arm::Sparse);
+        let real = mean_curve(&self.reports, ar_name(Arm::Sparse));
         if let Some(target) = real.last().map(|p| p.position) {
             let real_cpu = cpu_to_reach(&real, target);
             s += &format!(
@@ -516,17 +601,13 @@ impl BenchResult {
                 curve_label(&self.reports)
             );
             for a in &self.summary {
-                let at = cpu_to_reach(&mean_curve(&self.reports, a.arm), target);
+                let at = cpu_to_reach(&mean_curve(&self.reports, &a.name), target);
                 s += &match (at, real_cpu) {
                     (Some(c), Some(r)) if c > 0.0 => {
-                        format!(
-                            "  {:<6} {c:.1} (real / it: {:.2}x)\n",
-                            ar_name(a.arm),
-                            r / c
-                        )
+                        format!("  {:<6} {c:.1} (real / it: {:.2}x)\n", a.name, r / c)
                     }
-                    (Some(c), _) => format!("  {:<6} {c:.1}\n", ar_name(a.arm)),
-                    (None, _) => format!("  {:<6} not reached\n", ar_name(a.arm)),
+                    (Some(c), _) => format!("  {:<6} {c:.1}\n", a.name),
+                    (None, _) => format!("  {:<6} not reached\n", a.name),
                 };
             }
         }
@@ -562,7 +643,7 @@ impl BenchResult {
             };
             s += &format!(
                 "  {:<6} seed {}: position {:.3}, disagreement {} -> {}, max weight {:.2}, final entropy {}{refits}\n",
-                ar_name(r.arm),
+                r.name(),
                 r.seed,
                 r.final_position(),
                 f(mean(&r.steps[..n.div_ceil(4).min(n)])),
@@ -599,7 +680,9 @@ pub fn run_bench(
         train: cfg.train.resolved()?,
         ..cfg.clone()
     };
-    // The charge's bounds are checked before anything is spent.
+    // The arms' settings and the charge's bounds are checked before
+    // anything is spent.
+    let arms = cfg.arms()?;
     cfg.predictor_charge(&PredictorCost {
         rows: 0,
         data_cpu_secs: 0.0,
@@ -611,10 +694,6 @@ pub fn run_bench(
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
     // Each run that reads the predictor pays its share at its start.
     let charge = cfg.predictor_charge(&cost)?;
-    let train_cfg = crate::train::TrainConfig {
-        predictor_charge_cpu_secs: charge,
-        ..cfg.train.clone()
-    };
     // Everything below scores through the ONNX file, as users run it.
     let onnx = crate::onnx_predictor::OnnxPredictor::export_and_load(
         &pred,
@@ -628,7 +707,7 @@ pub fn run_bench(
         ?predictor_heldout,
         "predictor scored through ONNX Runtime"
     );
-    let names = AR_ARMS.map(ar_name);
+    let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
     let seeds: Vec<u64> = (0..cfg.seeds).collect();
     // Each run still to do, with what progress counts of it.
     let plan: Vec<(Slot, Option<BenchJob>)> = fan_out(out, &names, &seeds)
@@ -637,7 +716,7 @@ pub fn run_bench(
             let job = (!x.finished()).then(|| BenchJob {
                 name: format!("{}-seed{}", names[x.arm], x.seed),
                 run: x.run.clone(),
-                steps: cfg.train.steps as u64,
+                steps: arms[x.arm].train.steps as u64,
                 resumed: x.run.interrupted(),
             });
             (x, job)
@@ -647,10 +726,11 @@ pub fn run_bench(
     let progress = BenchProgress::new("autoresearch bench", &todo, true);
     let mut reports = Vec::new();
     for (Slot { arm, seed, run }, job) in plan {
-        let arm = AR_ARMS[arm];
+        let spec = &arms[arm];
+        let arm = spec.arm;
         let done = run.summary();
         let Some(job) = job else {
-            reports.push(read_finished(&done, arm, seed, charge)?);
+            reports.push(read_finished(&done, spec, seed, charge)?);
             continue;
         };
         progress.started(&job);
@@ -661,7 +741,10 @@ pub fn run_bench(
             onnx_path: run.predictor(),
         };
         let r = crate::train::train_with_refit(
-            &train_cfg,
+            &crate::train::TrainConfig {
+                predictor_charge_cpu_secs: charge,
+                ..spec.train.clone()
+            },
             arm,
             seed,
             suite,
@@ -684,7 +767,8 @@ pub fn run_bench(
     progress.finish();
     let summary = summarize(&reports);
     let cpu_ratio_real_over_wmrl = cpu_ratio(&summary);
-    let wmrl_minus_real = final_difference(&reports, Arm::Wmrl, Arm::Sparse).map(|d| ci95_of(&d));
+    let wmrl_minus_real =
+        final_difference(&reports, ar_name(Arm::Wmrl), ar_name(Arm::Sparse)).map(|d| ci95_of(&d));
     plot(&reports, &out.join(PLOT_FILE))?;
     let res = BenchResult {
         config: cfg.clone(),
@@ -705,25 +789,25 @@ pub fn run_bench(
 
 /// A finished run read back: the arm and seed its slot holds, its costs
 /// counted as the bench's ([`check_accounting`]).
-fn read_finished(done: &Path, arm: Arm, seed: u64, charge: f64) -> Result<TrainReport> {
+fn read_finished(done: &Path, spec: &BenchArm, seed: u64, charge: f64) -> Result<TrainReport> {
     let r: TrainReport = read_json(done)?;
     check_accounting(&r, charge).map_err(|e| Error::Config(format!("{}: {e}", done.display())))?;
-    if r.arm != arm || r.seed != seed {
+    if r.arm != spec.arm || r.name() != spec.name || r.seed != seed {
         return Err(Error::Config(format!(
             "{}: holds the run of arm {} seed {}, not {} seed {seed}",
             done.display(),
-            ar_name(r.arm),
+            r.name(),
             r.seed,
-            ar_name(arm)
+            spec.name
         )));
     }
-    tracing::info!(arm = ar_name(arm), seed, "finished run resumed");
+    tracing::info!(arm = %spec.name, seed, "finished run resumed");
     Ok(r)
 }
 
 /// `real`'s mean training CPU over `wmrl`'s.
 fn cpu_ratio(summary: &[ArmSummary]) -> Option<f64> {
-    let get = |arm| summary.iter().find(|a| a.arm == arm);
+    let get = |arm| summary.iter().find(|a| a.name == ar_name(arm));
     match (get(Arm::Sparse), get(Arm::Wmrl)) {
         (Some(r), Some(w)) if w.train_cpu_secs_mean > 0.0 => {
             Some(r.train_cpu_secs_mean / w.train_cpu_secs_mean)
@@ -910,6 +994,59 @@ mod config_tests {
             let p = root.join("results").join(b).join("bench_config.json");
             BenchConfig::load(Some(&p), &[]).unwrap_or_else(|e| panic!("{b}: {e}"));
         }
+    }
+
+    #[test]
+    fn variants_are_arms_with_their_keys_and_bad_ones_are_refused() {
+        let variant = |name: &str, set: &[&str]| ArVariant {
+            name: name.into(),
+            arm: Arm::Wmrl,
+            set: set.iter().map(|s| s.to_string()).collect(),
+        };
+        let cfg = BenchConfig {
+            variants: vec![variant("wmrl_long", &["steps=48", "group_size=8"])],
+            ..Default::default()
+        };
+        let arms = cfg.arms().expect("arms");
+        let names: Vec<&str> = arms.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["real", "wm", "wmrl", "wmrl_long"]);
+        let long = &arms[3];
+        assert_eq!(
+            (long.arm, long.train.steps, long.train.group_size),
+            (Arm::Wmrl, 48, 8)
+        );
+        assert_eq!(long.train.variant.as_deref(), Some("wmrl_long"));
+        // Everything else is the bench's [train].
+        let back = crate::train::TrainConfig {
+            steps: cfg.train.steps,
+            group_size: cfg.train.group_size,
+            variant: None,
+            ..long.train.clone()
+        };
+        assert_eq!(back, cfg.train.resolved().expect("resolved"));
+        for (bad, why) in [
+            (variant("wmrl", &[]), "not another arm's"),
+            (variant("Long run", &[]), "lowercase"),
+            (variant("x", &["stepz=3"]), "stepz"),
+            (variant("x", &["steps=\"many\""]), "steps"),
+        ] {
+            let c = BenchConfig {
+                variants: vec![bad],
+                ..Default::default()
+            };
+            let e = c.arms().expect_err(why).to_string();
+            assert!(e.contains(why) && e.contains("variant"), "{e}");
+        }
+        // In a bench config, as TOML.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("b.toml");
+        std::fs::write(
+            &path,
+            "[[variants]]\nname = \"wmrl_long\"\narm = \"wmrl\"\nset = [\"steps=48\"]\n",
+        )
+        .expect("write");
+        let read = BenchConfig::load(Some(&path), &[]).expect("load");
+        assert_eq!(read.variants, vec![variant("wmrl_long", &["steps=48"])]);
     }
 
     #[test]

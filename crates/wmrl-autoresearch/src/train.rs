@@ -106,6 +106,12 @@ pub struct TrainConfig {
     /// ONNX file.
     #[serde(skip_serializing_if = "is_zero_f64")]
     pub predictor_charge_cpu_secs: f64,
+    /// The bench arm this run belongs to when it is a variant of its arm
+    /// (the bench's `[[variants]]`, e.g. `wmrl` given `real`'s CPU as more
+    /// steps); absent for the plain arms. Recorded, so that a variant's run
+    /// is never resumed as another's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -166,6 +172,7 @@ impl Default for TrainConfig {
             device: DeviceChoice::Cpu,
             accounting: Accounting::Total,
             predictor_charge_cpu_secs: 0.0,
+            variant: None,
         }
     }
 }
@@ -331,9 +338,18 @@ pub struct TrainReport {
     /// `sandbox` for runs recorded before the key).
     #[serde(default = "Accounting::recorded_before")]
     pub accounting: Accounting,
+    /// The bench arm's name when the run is a variant of `arm`
+    /// ([`TrainConfig::variant`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
 }
 
 impl TrainReport {
+    /// The bench arm the run belongs to: its variant's name, else its arm's.
+    pub fn name(&self) -> &str {
+        self.variant.as_deref().unwrap_or(ar_name(self.arm))
+    }
+
     /// The CPU the run spent on training, as its accounting counts it.
     pub fn train_cpu(&self) -> f64 {
         self.accounting.train_cpu(&self.ledger)
@@ -1114,6 +1130,7 @@ pub fn train_with_refit(
         ledger: run.ledger,
         refits: std::mem::take(&mut run.track.refits),
         accounting: cfg.accounting,
+        variant: cfg.variant.clone(),
     };
     if let Some(d) = run_dir {
         d.finish(run.core.diagnostics(), &report)?;

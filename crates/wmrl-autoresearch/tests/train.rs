@@ -235,8 +235,9 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     let cfg = BenchConfig {
         seeds: 1,
         per_competition: 1,
-        // The predictor's cost divided over this bench's wm and wmrl runs.
-        predictor_runs: 2,
+        // The predictor's cost divided over this bench's wm, wmrl and
+        // wmrl_long runs.
+        predictor_runs: 3,
         train: TrainConfig {
             steps: 1,
             groups_per_step: 2,
@@ -249,21 +250,42 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
             epochs: 20,
             ..Default::default()
         },
+        // An equal-compute arm: wmrl with another step.
+        variants: vec![wmrl_autoresearch::bench::ArVariant {
+            name: "wmrl_long".into(),
+            arm: Arm::Wmrl,
+            set: vec!["steps=2".into()],
+        }],
     };
     let out = dir.path().join("bench");
     // Dividing the cost over more runs than the bench has is refused
     // before anything runs.
     let thin = BenchConfig {
-        predictor_runs: 3,
+        predictor_runs: 4,
         ..cfg.clone()
     };
     let err = run_bench(&thin, &suite, &ex, &out).unwrap_err().to_string();
-    assert!(err.contains("predictor_runs = 3"), "{err}");
+    assert!(err.contains("predictor_runs = 4"), "{err}");
     assert!(!out.exists(), "nothing was spent or written");
     let first = run_bench(&cfg, &suite, &ex, &out).unwrap();
-    assert_eq!(first.reports.len(), AR_ARMS.len());
-    // Every cost is in the ledgers: the predictor's data and fit, half each
-    // to the wm and wmrl runs (paid before their first step, so their
+    assert_eq!(first.reports.len(), AR_ARMS.len() + 1);
+    // The variant ran as its own arm, with its own settings, recorded.
+    let long = first
+        .reports
+        .iter()
+        .find(|r| r.name() == "wmrl_long")
+        .unwrap();
+    assert_eq!((long.arm, long.steps.len()), (Arm::Wmrl, 2));
+    let recorded: TrainConfig = serde_json::from_str(
+        &std::fs::read_to_string(out.join("wmrl_long/seed0/config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        (recorded.steps, recorded.variant.as_deref()),
+        (2, Some("wmrl_long"))
+    );
+    // Every cost is in the ledgers: the predictor's data and fit, a third
+    // each to the wm, wmrl and wmrl_long runs (paid before their first step, so their
     // curves start there), and the trainer's own CPU beside the sandbox's.
     let cost = first.predictor_cost.expect("the predictor's cost");
     assert!(
@@ -280,7 +302,7 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         let share = if r.arm == Arm::Sparse {
             0.0
         } else {
-            cost.total() / 2.0
+            cost.total() / 3.0
         };
         assert_eq!(l.predictor_cpu_seconds, share, "{}", ar_name(r.arm));
         assert_eq!(r.evals[0].train_cpu_secs, share, "{}", ar_name(r.arm));
@@ -302,9 +324,10 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
     assert!(out.join("score_vs_train_cpu.png").exists());
     // report.md: a row per arm, every pair of arms paired by seed.
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
-    for arm in AR_ARMS {
-        assert!(md.contains(&format!("| {} | 1 |", ar_name(arm))), "{md}");
+    for name in AR_ARMS.map(ar_name).into_iter().chain(["wmrl_long"]) {
+        assert!(md.contains(&format!("| {name} | 1 |")), "{md}");
     }
+    assert!(md.contains("| `wmrl_long` - `real` | 1 |"), "{md}");
     assert!(
         md.contains("| `wmrl` - `real` | 1 |") && md.contains("one seed: not resolved"),
         "{md}"

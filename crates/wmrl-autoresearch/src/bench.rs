@@ -316,6 +316,9 @@ pub struct BenchConfig {
     pub predictor_runs: usize,
     pub train: crate::train::TrainConfig,
     pub predictor: crate::predictor::PredictorConfig,
+    /// Which of the track's arms run (`real`, `wm`, `wmrl`; all three by
+    /// default), beside the variants.
+    pub arms: Vec<String>,
     /// Arms beyond `real`, `wm` and `wmrl`: one of them with `[train]` keys
     /// changed, e.g. `wmrl` given the CPU `real` spends as more steps or
     /// bigger groups (the equal-compute runs). Their runs go to
@@ -362,14 +365,21 @@ impl BenchConfig {
     /// name, an unknown key or settings that do not resolve is refused,
     /// naming it.
     pub fn arms(&self) -> Result<Vec<BenchArm>> {
-        let mut arms: Vec<BenchArm> = AR_ARMS
-            .iter()
-            .map(|&arm| BenchArm {
-                name: ar_name(arm).to_string(),
+        let mut arms: Vec<BenchArm> = Vec::new();
+        for name in &self.arms {
+            let arm = ar_arm_from_name(name)
+                .filter(|_| !arms.iter().any(|a: &BenchArm| &a.name == name))
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "arms: `{name}` is not one of real, wm, wmrl (each at most once)"
+                    ))
+                })?;
+            arms.push(BenchArm {
+                name: name.clone(),
                 arm,
                 train: self.train.clone(),
-            })
-            .collect();
+            });
+        }
         for v in &self.variants {
             let bad = |m: String| Error::Config(format!("variant `{}`: {m}", v.name));
             let well_formed = !v.name.is_empty()
@@ -394,6 +404,9 @@ impl BenchConfig {
                 arm: v.arm,
                 train: train.resolved().map_err(|e| bad(e.to_string()))?,
             });
+        }
+        if arms.is_empty() {
+            return Err(Error::Config("the bench has no arms".into()));
         }
         Ok(arms)
     }
@@ -423,6 +436,7 @@ impl Default for BenchConfig {
             predictor_runs: 1,
             train: Default::default(),
             predictor: Default::default(),
+            arms: AR_ARMS.iter().map(|&a| ar_name(a).to_string()).collect(),
             variants: Vec::new(),
         }
     }
@@ -1036,6 +1050,26 @@ mod config_tests {
             };
             let e = c.arms().expect_err(why).to_string();
             assert!(e.contains(why) && e.contains("variant"), "{e}");
+        }
+        // A bench of some of the arms; an arm twice or of another track is
+        // refused.
+        let some = BenchConfig {
+            arms: vec!["wmrl".into()],
+            ..cfg.clone()
+        };
+        let names: Vec<String> = some
+            .arms()
+            .expect("arms")
+            .into_iter()
+            .map(|a| a.name)
+            .collect();
+        assert_eq!(names, ["wmrl", "wmrl_long"]);
+        for arms in [vec!["wmrl", "wmrl"], vec!["sparse"], vec![]] {
+            let c = BenchConfig {
+                arms: arms.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            };
+            assert!(c.arms().is_err(), "{arms:?}");
         }
         // In a bench config, as TOML.
         let dir = tempfile::tempdir().expect("tempdir");

@@ -541,6 +541,31 @@ impl BenchResult {
         report
     }
 
+    /// The CPU each arm's mean curve needed to reach `real`'s final curve
+    /// position (none without a `real` arm).
+    fn reach_lines(&self, label: &str) -> String {
+        let mut s = String::new();
+        let real = mean_curve(&self.reports, ar_name(Arm::Sparse));
+        if let Some(target) = real.last().map(|p| p.position) {
+            let real_cpu = cpu_to_reach(&real, target);
+            s += &format!(
+                "{label} to reach real's final {} position {target:.3} (mean curve, linear between evaluations):\n",
+                curve_label(&self.reports)
+            );
+            for a in &self.summary {
+                let at = cpu_to_reach(&mean_curve(&self.reports, &a.name), target);
+                s += &match (at, real_cpu) {
+                    (Some(c), Some(r)) if c > 0.0 => {
+                        format!("  {:<6} {c:.1} (real / it: {:.2}x)\n", a.name, r / c)
+                    }
+                    (Some(c), _) => format!("  {:<6} {c:.1}\n", a.name),
+                    (None, _) => format!("  {:<6} not reached\n", a.name),
+                };
+            }
+        }
+        s
+    }
+
     /// The summary as a plain-text table.
     pub fn table(&self) -> String {
         let mut s = format!(
@@ -607,24 +632,7 @@ impl BenchResult {
                 .collect();
             s += &format!("  {:<6} {}\n", a.name, pts.join(", "));
         }
-        let real = mean_curve(&self.reports, ar_name(Arm::Sparse));
-        if let Some(target) = real.last().map(|p| p.position) {
-            let real_cpu = cpu_to_reach(&real, target);
-            s += &format!(
-                "{label} to reach real's final {} position {target:.3} (mean curve, linear between evaluations):\n",
-                curve_label(&self.reports)
-            );
-            for a in &self.summary {
-                let at = cpu_to_reach(&mean_curve(&self.reports, &a.name), target);
-                s += &match (at, real_cpu) {
-                    (Some(c), Some(r)) if c > 0.0 => {
-                        format!("  {:<6} {c:.1} (real / it: {:.2}x)\n", a.name, r / c)
-                    }
-                    (Some(c), _) => format!("  {:<6} {c:.1}\n", a.name),
-                    (None, _) => format!("  {:<6} not reached\n", a.name),
-                };
-            }
-        }
+        s += &self.reach_lines(label);
         s += "per run (anchor-group disagreement, mean over the first quarter of steps -> the second half; 1 = no ranking):\n";
         for r in &self.reports {
             let mean = |xs: &[StepLog]| {

@@ -109,18 +109,11 @@ pub struct CurvePoint {
 }
 
 /// The CPU at which `curve` first reaches `target`, linear between its
-/// evaluations; `None` when it never does.
+/// evaluations ([`wmrl_core::stats::first_reaching`]); `None` when it never
+/// does.
 pub fn cpu_to_reach(curve: &[CurvePoint], target: f64) -> Option<f64> {
-    if let Some(p) = curve.first().filter(|p| p.position >= target) {
-        return Some(p.cpu_secs);
-    }
-    curve.windows(2).find_map(|w| {
-        let (a, b) = (w[0], w[1]);
-        (b.position >= target).then(|| {
-            let f = (target - a.position) / (b.position - a.position);
-            a.cpu_secs + f * (b.cpu_secs - a.cpu_secs)
-        })
-    })
+    let points: Vec<(f64, f64)> = curve.iter().map(|p| (p.cpu_secs, p.position)).collect();
+    wmrl_core::stats::first_reaching(&points, target)
 }
 
 /// What the curves are drawn on: "training-competition" when the runs drew

@@ -231,6 +231,20 @@ impl MeanCi {
 /// The normal quantile of a two-sided 95% interval.
 pub const Z_95: f64 = 1.959_963_984_540_054;
 
+/// Where a curve of `(x, y)` points, in order of `x`, first reaches
+/// `target`: the first point's `x` when it starts there, else linear
+/// between the two points that cross it; `None` when it never does (the
+/// CPU or the labels an arm needed to reach a score).
+pub fn first_reaching(points: &[(f64, f64)], target: f64) -> Option<f64> {
+    if let Some(&(x, _)) = points.first().filter(|p| p.1 >= target) {
+        return Some(x);
+    }
+    points.windows(2).find_map(|w| {
+        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
+        (y1 >= target).then(|| x0 + (target - y0) / (y1 - y0) * (x1 - x0))
+    })
+}
+
 /// Wilson score interval for `successes` out of `n` at normal quantile `z`
 /// (`(0, 1)` for no trials).
 pub fn wilson_interval(successes: usize, n: usize, z: f64) -> (f64, f64) {

@@ -133,15 +133,9 @@ fn label_points(run: &RunDir) -> Result<Vec<(f64, f64)>> {
 }
 
 /// The labels at which a curve of `(labels, success)` first reaches
-/// `target`, linear between its points; `None` when it never does.
+/// `target` ([`wmrl_core::stats::first_reaching`]).
 pub fn labels_to_reach(points: &[(f64, f64)], target: f64) -> Option<f64> {
-    if let Some(&(x, _)) = points.first().filter(|p| p.1 >= target) {
-        return Some(x);
-    }
-    points.windows(2).find_map(|w| {
-        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
-        (y1 >= target).then(|| x0 + (target - y0) / (y1 - y0) * (x1 - x0))
-    })
+    wmrl_core::stats::first_reaching(points, target)
 }
 
 /// The section "Labels to reach `reference`'s final success": for each

@@ -249,6 +249,78 @@ mod tests {
     }
 
     #[test]
+    fn a_target_is_judged_once_every_seed_is_in() {
+        let run = |arm, seed, position: f64, cpu: f64| {
+            let mut ledger = wmrl_core::Ledger::default();
+            ledger.real_cpu_seconds = cpu;
+            TrainReport {
+                arm,
+                seed,
+                evals: vec![crate::train::EvalPoint {
+                    step: 16,
+                    train_cpu_secs: cpu,
+                    heldout_position: Some(position),
+                    heldout_reward: Some(position),
+                    valid_fraction: Some(1.0),
+                    train_competitions: None,
+                }],
+                steps: Vec::new(),
+                ledger,
+                refits: Vec::new(),
+                accounting: Accounting::Total,
+                variant: None,
+            }
+        };
+        // wmrl within 0.01 of real on every seed, at a tenth of its CPU.
+        let mut rs: Vec<TrainReport> = (0..3)
+            .flat_map(|s| {
+                let p = 0.7 + 0.01 * s as f64;
+                [
+                    run(Arm::Sparse, s, p, 700.0),
+                    run(Arm::Wmrl, s, p - 0.005, 70.0),
+                ]
+            })
+            .collect();
+        let target = |low: f64, ratio: f64| Target {
+            a: "wmrl".into(),
+            b: "real".into(),
+            low_at_least: Some(low),
+            low_above: None,
+            cpu_ratio_at_least: Some(ratio),
+        };
+        let (interval, cpu, verdict) = target(-0.02, 3.0).judge(&rs, 3);
+        assert_eq!(
+            (cpu.as_str(), verdict.as_str()),
+            ("10.00x", "met"),
+            "{interval}"
+        );
+        assert_eq!(target(0.0, 3.0).judge(&rs, 3).2, "not met (lower end)");
+        assert_eq!(target(-0.02, 20.0).judge(&rs, 3).2, "not met (CPU ratio)");
+        assert!(
+            target(-0.02, 3.0)
+                .judge(&rs, 5)
+                .2
+                .starts_with("incomplete: 3 of 5")
+        );
+        rs.truncate(2);
+        assert_eq!(target(-0.02, 3.0).judge(&rs, 1).2, "one seed: not judged");
+        // A target names the bench's arms.
+        let bad = BenchConfig {
+            targets: vec![Target {
+                b: "nope".into(),
+                ..target(0.0, 1.0)
+            }],
+            ..Default::default()
+        };
+        assert!(
+            bad.arms()
+                .expect_err("unknown arm")
+                .to_string()
+                .contains("nope")
+        );
+    }
+
+    #[test]
     fn curve_points_carry_the_interval_over_seeds() {
         let run = |seed, positions: &[f64]| TrainReport {
             arm: Arm::Sparse,
@@ -318,6 +390,93 @@ pub struct BenchConfig {
     /// `<name>/seed<k>/` and pair with every other arm by seed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub variants: Vec<ArVariant>,
+    /// Targets registered with the bench's settings (so a started bench
+    /// refuses to change them): report.md judges each once every seed has
+    /// finished.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<Target>,
+}
+
+/// A registered target on the final held-out position, paired by seed:
+/// `a - b`'s 95% t-interval's lower end at least `low_at_least` (or above
+/// `low_above`), and, with `cpu_ratio_at_least`, `b`'s mean training CPU
+/// (every cost charged) at least that many times `a`'s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub a: String,
+    pub b: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_at_least: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub low_above: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ratio_at_least: Option<f64>,
+}
+
+impl Target {
+    /// What it asks, in words.
+    pub fn criteria(&self) -> String {
+        let mut c = Vec::new();
+        if let Some(x) = self.low_at_least {
+            c.push(format!("lower end >= {x:+.3}"));
+        }
+        if let Some(x) = self.low_above {
+            c.push(format!("lower end > {x:+.3}"));
+        }
+        if let Some(x) = self.cpu_ratio_at_least {
+            c.push(format!("`{}` CPU / `{}` CPU >= {x}", self.b, self.a));
+        }
+        c.join(", ")
+    }
+
+    /// The verdict on `reports` with `planned` seeds: `met`, `not met`
+    /// (naming what failed), or `incomplete` while a seed is missing; and
+    /// the paired interval and CPU ratio it was judged on.
+    pub fn judge(&self, reports: &[TrainReport], planned: usize) -> (String, String, String) {
+        let d = final_difference(reports, &self.a, &self.b);
+        let cpu = |name: &str| {
+            let v: Vec<f64> = reports
+                .iter()
+                .filter(|r| r.name() == name)
+                .map(|r| r.train_cpu())
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        let ratio = match (cpu(&self.a), cpu(&self.b)) {
+            (Some(a), Some(b)) if a > 0.0 => Some(b / a),
+            _ => None,
+        };
+        let interval = d.map_or("-".into(), |d| d.plain(3, true));
+        let ratio_cell = ratio.map_or("-".into(), |r| format!("{r:.2}x"));
+        let n = d.map_or(0, |d| d.n);
+        let Some(d) = d.filter(|d| d.n >= planned && d.n >= 2) else {
+            let why = if n < planned {
+                format!("incomplete: {n} of {planned} seeds paired")
+            } else {
+                "one seed: not judged".into()
+            };
+            return (interval, ratio_cell, why);
+        };
+        let mut failed = Vec::new();
+        if self.low_at_least.is_some_and(|x| d.lo < x) {
+            failed.push("lower end");
+        }
+        if self.low_above.is_some_and(|x| d.lo <= x) {
+            failed.push("lower end");
+        }
+        if let Some(x) = self.cpu_ratio_at_least
+            && !ratio.is_some_and(|r| r >= x)
+        {
+            failed.push("CPU ratio");
+        }
+        let verdict = if failed.is_empty() {
+            "met".to_string()
+        } else {
+            format!("not met ({})", failed.join(", "))
+        };
+        (interval, ratio_cell, verdict)
+    }
 }
 
 /// A bench arm that is one of the track's arms with `[train]` keys changed
@@ -401,6 +560,16 @@ impl BenchConfig {
         if arms.is_empty() {
             return Err(Error::Config("the bench has no arms".into()));
         }
+        for t in &self.targets {
+            for name in [&t.a, &t.b] {
+                if !arms.iter().any(|a| &a.name == name) {
+                    return Err(Error::Config(format!(
+                        "target {} - {}: `{name}` is not one of the bench's arms",
+                        t.a, t.b
+                    )));
+                }
+            }
+        }
         Ok(arms)
     }
 
@@ -431,6 +600,7 @@ impl Default for BenchConfig {
             predictor: Default::default(),
             arms: AR_ARMS.iter().map(|&a| ar_name(a).to_string()).collect(),
             variants: Vec::new(),
+            targets: Vec::new(),
         }
     }
 }
@@ -517,6 +687,23 @@ impl BenchResult {
                     paired.row(a, b, d.n, &[d.plain(3, true), d.verdict().into()]);
                 }
             }
+        }
+        if !self.config.targets.is_empty() {
+            let mut t = String::from(
+                "Registered with the bench's settings before its first run; judged on the final held-out position, paired by seed (95% t), and on mean training CPU with every cost charged.\n\n\
+                 | target | criteria | difference (95% t-interval) | CPU ratio | verdict |\n|---|---|---|---|---|\n",
+            );
+            for target in &self.config.targets {
+                let (interval, ratio, verdict) =
+                    target.judge(&self.reports, self.config.seeds as usize);
+                t += &format!(
+                    "| `{}` - `{}` | {} | {interval} | {ratio} | {verdict} |\n",
+                    target.a,
+                    target.b,
+                    target.criteria()
+                );
+            }
+            report.section("Registered targets", &t);
         }
         report.section(
             "Paired differences (final held-out position, by seed)",

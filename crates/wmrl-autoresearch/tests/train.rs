@@ -251,6 +251,7 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
             ..Default::default()
         },
         arms: BenchConfig::default().arms,
+        targets: Vec::new(),
         // An equal-compute arm: wmrl with another step.
         variants: vec![wmrl_autoresearch::bench::ArVariant {
             name: "wmrl_long".into(),

@@ -251,8 +251,10 @@ mod tests {
     #[test]
     fn a_target_is_judged_once_every_seed_is_in() {
         let run = |arm, seed, position: f64, cpu: f64| {
-            let mut ledger = wmrl_core::Ledger::default();
-            ledger.real_cpu_seconds = cpu;
+            let ledger = wmrl_core::Ledger {
+                real_cpu_seconds: cpu,
+                ..Default::default()
+            };
             TrainReport {
                 arm,
                 seed,

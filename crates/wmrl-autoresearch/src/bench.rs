@@ -791,7 +791,7 @@ impl BenchResult {
         );
         s += &match self.predictor_cost {
             Some(c) => format!(
-                "predictor up front: {} rows, data {:.1} + fit {:.1} CPU-s; each wm and wmrl run charged 1/{} of it: {:.1} CPU-s\n",
+                "predictor up front: {} rows, data {:.1} + fit {:.1} CPU-s; each run that reads it charged 1/{} of it: {:.1} CPU-s\n",
                 c.rows,
                 c.data_cpu_secs,
                 c.fit_cpu_secs,
@@ -1187,6 +1187,19 @@ mod config_tests {
         for bad in ["predictor.hiden=3", "seedz=1"] {
             let e = BenchConfig::load(Some(&shipped), &[bad.into()]).expect_err("unknown");
             assert!(e.to_string().contains(&bad[..bad.len() - 2]), "{e}");
+        }
+        // The committed trial and registered configs resolve, arms,
+        // variants, targets and the predictor's charge included.
+        for name in ["autoresearch_trials.toml", "autoresearch_bench_costed.toml"] {
+            let c = BenchConfig::load(Some(&root.join("configs").join(name)), &[])
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(c.arms().unwrap_or_else(|e| panic!("{name}: {e}")).len() >= 4);
+            let cost = PredictorCost {
+                rows: 1,
+                data_cpu_secs: 15.0,
+                fit_cpu_secs: 0.0,
+            };
+            c.predictor_charge(&cost).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         // Every committed bench's record reads back as strictly.
         for b in [

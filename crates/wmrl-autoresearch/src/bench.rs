@@ -1199,7 +1199,8 @@ mod config_tests {
                 data_cpu_secs: 15.0,
                 fit_cpu_secs: 0.0,
             };
-            c.predictor_charge(&cost).unwrap_or_else(|e| panic!("{name}: {e}"));
+            c.predictor_charge(&cost)
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         // Every committed bench's record reads back as strictly.
         for b in [

@@ -526,6 +526,11 @@ pub struct TrainConfig {
     pub steps: usize,
     /// The SFT checkpoint every arm starts from (and the KL reference).
     pub policy: PathBuf,
+    /// The policy's kind (`tiny`, `minivla`, or one a program registers:
+    /// [`crate::PolicyKinds`]); absent, the kind whose checkpoint `policy`
+    /// holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_type: Option<String>,
     /// Save a resumable checkpoint every this many steps.
     pub checkpoint_every: usize,
     pub env: EnvConfig,
@@ -582,6 +587,7 @@ impl Default for TrainConfig {
             seed: 0,
             steps: 20,
             policy: PathBuf::from("runs/quickstart/sft"),
+            policy_type: None,
             checkpoint_every: 1,
             env: EnvConfig::default(),
             rollout: RolloutConfig::default(),

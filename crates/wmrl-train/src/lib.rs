@@ -14,6 +14,7 @@ mod error;
 pub mod labels;
 pub mod metrics;
 pub mod plot;
+pub mod policy_kind;
 pub mod rollout;
 pub mod spread;
 pub mod trainer;
@@ -25,4 +26,5 @@ pub use config::{
 };
 pub use device::Placement;
 pub use error::{Result, TrainError};
-pub use trainer::{EvalSplit, RunSummary, Trainer, export_policy};
+pub use policy_kind::{ActorOptions, PolicyKind, PolicyKinds};
+pub use trainer::{EvalSplit, RunSummary, Trainer, export_policy, export_policy_with};

@@ -19,8 +19,8 @@ use wmrl_core::{
 };
 use wmrl_env::VecEnv;
 use wmrl_policy::{
-    ActionPolicy, EvalConfig, Learner, RateSummary, TinyLearner, UpdateBatch, UpdateSample,
-    UpdateSettings, evaluate,
+    ActionPolicy, EvalConfig, Learner, RateSummary, UpdateBatch, UpdateSample, UpdateSettings,
+    evaluate,
 };
 use wmrl_worldmodel::{RolloutFrames, WorldModel};
 
@@ -29,6 +29,7 @@ use crate::device::Placement;
 use crate::error::io_err;
 use crate::labels::queue::HumanLabels;
 use crate::metrics::{CalibrationSnapshot, EvalRecord, StepMetrics};
+use crate::policy_kind::PolicyKinds;
 use crate::rollout::{EpisodeSpec, Keep, Rollout, collect};
 use crate::wm_refit::{RefitSetup, WmRefit};
 use crate::{Result, TrainError};
@@ -128,64 +129,6 @@ impl std::fmt::Debug for Trainer {
     }
 }
 
-/// The policy `cfg.policy` names, as a learner: a MiniVLA directory (its
-/// config.json names both vision backbones) with fresh LoRA adapters
-/// (`[minivla]`), or the `tiny` policy with a frozen copy as the KL
-/// reference.
-fn load_learner(cfg: &TrainConfig, placement: &Placement) -> Result<Box<dyn Learner>> {
-    let path = &cfg.policy;
-    if !path.join(wmrl_policy::CONFIG_FILE).exists() {
-        return Err(TrainError::Missing {
-            what: "SFT policy checkpoint",
-            path: path.display().to_string(),
-            hint: "train one with `wmrl sft` (or run `wmrl quickstart`) and set `policy` in the config",
-        });
-    }
-    if wmrl_minivla::is_minivla_dir(path) {
-        let m = cfg.minivla.clone().unwrap_or_default();
-        let bad = |e: wmrl_minivla::MiniVlaError| TrainError::Config {
-            path: path.display().to_string(),
-            message: format!("minivla: {e}"),
-        };
-        if cfg.update.loss.kl_beta > 0.0 {
-            return Err(TrainError::Config {
-                path: path.display().to_string(),
-                message: "a MiniVLA policy trains LoRA adapters from the checkpoint and has no KL-to-reference term: set update.loss.kl_beta = 0".into(),
-            });
-        }
-        let policy = wmrl_minivla::MiniVlaPolicy::load(
-            path,
-            &placement.policy,
-            wmrl_policy::candle::DType::F32,
-            m.stats_key.as_deref(),
-        )
-        .map_err(bad)?;
-        let learner = wmrl_minivla::MiniVlaLearner::new(
-            policy,
-            &m.lora,
-            cfg.update.optim.clone(),
-            m.micro_batch,
-        )
-        .map_err(bad)?;
-        return Ok(Box::new(learner));
-    }
-    if cfg.minivla.is_some() {
-        return Err(TrainError::Config {
-            path: path.display().to_string(),
-            message: "[minivla] is set but the policy is a `tiny` policy, not a MiniVLA directory"
-                .into(),
-        });
-    }
-    let policy = crate::device::load_policy(path, placement)?;
-    let reference = crate::device::load_policy(path, placement)?;
-    Ok(Box::new(TinyLearner::new(
-        policy,
-        reference,
-        cfg.update.optim.clone(),
-        &cfg.update.trainable,
-    )?))
-}
-
 fn load_world_model(
     cfg: &TrainConfig,
     p: &Path,
@@ -220,6 +163,12 @@ fn mix(a: u64, b: u64) -> u64 {
 impl Trainer {
     /// Start a fresh run in `dir` (which must not hold a checkpoint).
     pub fn create(cfg: TrainConfig, dir: &Path) -> Result<Self> {
+        Self::create_with(cfg, dir, &PolicyKinds::builtin())
+    }
+
+    /// [`Trainer::create`] with the policy kinds of `kinds` (a program's
+    /// own kinds beside the built-in ones).
+    pub fn create_with(cfg: TrainConfig, dir: &Path, kinds: &PolicyKinds) -> Result<Self> {
         cfg.validate()?;
         let files = RunDir::new(dir);
         let opened = files.open::<RobotState>(wmrl_run::Resume::Never, |_| None)?;
@@ -237,7 +186,7 @@ impl Trainer {
             });
         }
         let placement = Placement::select(cfg.device);
-        let learner = load_learner(&cfg, &placement)?;
+        let learner = kinds.learner(&cfg, &placement)?;
         // Everything is loaded before the run directory is touched.
         let track = RobotTrack::open(cfg, files, &placement, learner, None, 0)?;
         let files = &track.files;
@@ -257,6 +206,15 @@ impl Trainer {
     /// the models run, not what the run computes: config.toml keeps its
     /// record).
     pub fn resume_on(dir: &Path, device: Option<wmrl_run::DeviceChoice>) -> Result<Self> {
+        Self::resume_with(dir, device, &PolicyKinds::builtin())
+    }
+
+    /// [`Trainer::resume_on`] with the policy kinds of `kinds`.
+    pub fn resume_with(
+        dir: &Path,
+        device: Option<wmrl_run::DeviceChoice>,
+        kinds: &PolicyKinds,
+    ) -> Result<Self> {
         let files = RunDir::new(dir);
         let mut cfg = TrainConfig::load(&files.config_toml())?;
         if let Some(d) = device {
@@ -280,7 +238,7 @@ impl Trainer {
             ))
         })?;
         let placement = Placement::select(cfg.device);
-        let mut learner = load_learner(&cfg, &placement)?;
+        let mut learner = kinds.learner(&cfg, &placement)?;
         learner.restore(&files.checkpoint())?;
         let world_model = state.track.world_model.clone();
         let track = RobotTrack::open(cfg, files, &placement, learner, world_model, state.step)?;
@@ -1017,6 +975,16 @@ pub fn export_policy(
     out: &Path,
     device: wmrl_run::DeviceChoice,
 ) -> Result<(&'static str, usize)> {
+    export_policy_with(dir, out, device, &PolicyKinds::builtin())
+}
+
+/// [`export_policy`] with the policy kinds of `kinds`.
+pub fn export_policy_with(
+    dir: &Path,
+    out: &Path,
+    device: wmrl_run::DeviceChoice,
+    kinds: &PolicyKinds,
+) -> Result<(&'static str, usize)> {
     let files = RunDir {
         dir: dir.to_path_buf(),
     };
@@ -1029,7 +997,7 @@ pub fn export_policy(
             message: "exists and is not empty; pick another --out".into(),
         });
     }
-    let mut learner = load_learner(&cfg, &Placement::select(device))?;
+    let mut learner = kinds.learner(&cfg, &Placement::select(device))?;
     learner.restore(&ck)?;
     learner.export(&cfg.policy, out)?;
     Ok((learner.policy().kind(), state.step))

@@ -26,6 +26,10 @@ pub struct Args {
     /// vision backbones), told apart by the config.
     #[arg(long)]
     pub policy: PathBuf,
+    /// The policy's kind (`tiny`, `minivla`); absent, the kind whose
+    /// checkpoint `--policy` holds.
+    #[arg(long)]
+    pub policy_type: Option<String>,
     /// MiniVLA only: the dtype it runs in (`f32`, or `bf16` on the GPU:
     /// candle's CPU backend has no bf16 matrix product; the `tiny` policy
     /// always runs in f32).
@@ -196,37 +200,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The policy in `--policy`, of the kind its config names, on
-/// `placement`'s device.
+/// The policy in `--policy`, of the kind its directory holds
+/// (`wmrl_train::PolicyKinds`), on `placement`'s device.
 fn load_any_policy(
     args: &Args,
     placement: &wmrl_train::Placement,
 ) -> anyhow::Result<Box<dyn wmrl_policy::ActionPolicy>> {
-    let device = &placement.policy;
-    if wmrl_minivla::is_minivla_dir(&args.policy) {
-        let dtype = match args.dtype {
-            Dtype::Bf16 => wmrl_policy::candle::DType::BF16,
-            Dtype::F32 => wmrl_policy::candle::DType::F32,
-        };
-        anyhow::ensure!(
-            !(device.is_cpu() && dtype == wmrl_policy::candle::DType::BF16),
-            "--dtype bf16 needs the GPU (--device cuda): candle's CPU backend has no bf16 \
-             matrix product; on the CPU use --dtype f32"
-        );
-        let p = wmrl_minivla::MiniVlaPolicy::load(
-            &args.policy,
-            device,
-            dtype,
-            args.stats_key.as_deref(),
-        )?;
-        tracing::info!("MiniVLA ({}) in {dtype:?}", p.model().config().preset);
-        Ok(Box::new(p))
-    } else {
-        Ok(Box::new(wmrl_train::device::load_policy(
-            &args.policy,
-            placement,
-        )?))
-    }
+    let dtype = match args.dtype {
+        Dtype::Bf16 => wmrl_policy::candle::DType::BF16,
+        Dtype::F32 => wmrl_policy::candle::DType::F32,
+    };
+    let opts = wmrl_train::ActorOptions {
+        placement,
+        dtype,
+        stats_key: args.stats_key.as_deref(),
+    };
+    let kinds = wmrl_train::PolicyKinds::builtin();
+    Ok(kinds
+        .resolve(&args.policy, args.policy_type.as_deref())?
+        .load_actor(&args.policy, &opts)?)
 }
 
 /// Names the policy in the evaluation record: FNV-1a 64 of its config and

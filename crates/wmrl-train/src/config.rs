@@ -124,63 +124,6 @@ impl Default for LiberoEnvConfig {
     }
 }
 
-/// The environment a run (or an evaluation) steps: see [`EnvConfig`]. The
-/// embedded simulator renders on `renderer` when given (the placement's
-/// GPU), else on the CPU.
-pub fn make_env(
-    cfg: &EnvConfig,
-    renderer: Option<&std::sync::Arc<wmrl_sim::gpu::Gpu>>,
-) -> Result<Box<dyn wmrl_env::VecEnv>> {
-    Ok(match cfg.backend {
-        Backend::Bridge => Box::new(wmrl_bridge::BridgePool::connect(
-            &cfg.endpoints,
-            wmrl_bridge::PoolConfig {
-                num_envs: None,
-                ..cfg.pool.clone()
-            },
-        )?),
-        Backend::Libero => {
-            let l = &cfg.libero;
-            for (what, p) in [
-                ("LIBERO venv interpreter (env.libero.python)", &l.python),
-                ("LIBERO server script (env.libero.server)", &l.server),
-            ] {
-                if !p.exists() {
-                    return Err(TrainError::Missing {
-                        what,
-                        path: p.display().to_string(),
-                        hint: "run scripts/setup (scripts/setup.d/30-libero.sh builds envs/libero/.venv) from the repository root, or set env.libero.python / env.libero.server",
-                    });
-                }
-            }
-            let gl = std::env::var("MUJOCO_GL").unwrap_or_else(|_| l.mujoco_gl.clone());
-            let cmd = wmrl_bridge::WorkerCommand {
-                program: l.python.clone(),
-                args: vec![
-                    l.server.display().to_string(),
-                    "--envs".into(),
-                    l.envs_per_worker.to_string(),
-                    "--suite".into(),
-                    l.suite.clone(),
-                    "--image".into(),
-                    l.image_size.to_string(),
-                ],
-                env: vec![("MUJOCO_GL".into(), gl)],
-                ready_timeout: std::time::Duration::from_secs_f64(l.ready_timeout_secs),
-            };
-            Box::new(wmrl_bridge::SupervisedPool::spawn(
-                cmd,
-                l.workers,
-                wmrl_bridge::PoolConfig {
-                    num_envs: Some(cfg.num_envs.min(l.workers * l.envs_per_worker)),
-                    ..cfg.pool.clone()
-                },
-            )?)
-        }
-        Backend::Sim => Box::new(wmrl_sim::make_vec_env(&cfg.sim, cfg.num_envs, renderer)?),
-    })
-}
-
 /// How a step's rollouts are drawn (METHOD.md: 8 groups of 8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

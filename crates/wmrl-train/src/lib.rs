@@ -10,6 +10,7 @@ pub mod config;
 pub mod confirm;
 pub mod credit;
 pub mod device;
+pub mod env;
 mod error;
 pub mod labels;
 pub mod metrics;
@@ -22,9 +23,10 @@ pub mod wm_refit;
 
 pub use config::{
     Backend, CreditConfig, CreditSource, EnvConfig, LabelSource, LabelsSection, LiberoEnvConfig,
-    LossNorm, LossSection, TrainConfig, make_env,
+    LossNorm, LossSection, TrainConfig,
 };
 pub use device::Placement;
+pub use env::make_env;
 pub use error::{Result, TrainError};
 pub use policy_kind::{ActorOptions, PolicyKind, PolicyKinds};
 pub use trainer::{EvalSplit, RunSummary, Trainer, export_policy, export_policy_with};

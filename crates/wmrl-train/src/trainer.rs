@@ -402,7 +402,7 @@ impl RobotTrack {
             None
         };
         let world_model = load_world_model(&cfg, &model_path, placement)?;
-        let env = crate::config::make_env(&cfg.env, placement.renderer.as_ref())?;
+        let env = crate::env::make_env(&cfg.env, placement.renderer.as_ref())?;
         let human = (cfg.labels.source == LabelSource::Human).then(|| {
             HumanLabels::new(
                 &files.dir,

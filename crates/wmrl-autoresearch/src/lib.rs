@@ -21,6 +21,7 @@ pub mod onnx_predictor;
 pub mod policy;
 pub mod predictor;
 pub mod rewards;
+pub mod rewards_http;
 pub mod rundir;
 pub mod sandbox;
 pub mod solution;

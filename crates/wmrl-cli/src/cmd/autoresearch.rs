@@ -662,9 +662,9 @@ fn serve_rewards(
     let work = common.work_root("serve-rewards")?;
     let ex = executor(common, &work)?;
     let service = RewardService::new(suite(common)?, ex, pred, cfg, Some(state))?;
-    let listener = crate::cmd::rewards_http::bind(bind)?;
+    let listener = wmrl_autoresearch::rewards_http::bind(bind)?;
     println!("listening on http://{}", listener.local_addr()?);
-    crate::cmd::rewards_http::serve(service, listener, max_requests)?;
+    wmrl_autoresearch::rewards_http::serve(service, listener, max_requests)?;
     Ok(())
 }
 

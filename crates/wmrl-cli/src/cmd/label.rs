@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::label_http::{LabelServer, serve};
+use wmrl_train::labels::http::{LabelServer, serve};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {

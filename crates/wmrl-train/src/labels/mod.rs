@@ -20,6 +20,7 @@
 //! [`queue::write_sim_flags`] touches it, and [`LabelStore`] has no method
 //! that opens it.
 
+pub mod http;
 pub mod queue;
 
 use std::collections::BTreeMap;

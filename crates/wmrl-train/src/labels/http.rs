@@ -28,14 +28,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::labels::{LabelError, LabelStore, QueueItem, Snapshot, Verdict};
 use serde::Deserialize;
 use serde_json::json;
-use wmrl_train::labels::{LabelError, LabelStore, QueueItem, Snapshot, Verdict};
 
-use super::http::{self, Limits};
+use wmrl_http::{self as http, Limits};
 
 /// The page: HTML, CSS and script in one file, no build step.
-const PAGE: &str = include_str!("label_page.html");
+const PAGE: &str = include_str!("page.html");
 /// The page's limits: bodies of 64 KiB at most (a label is a few hundred
 /// bytes), 30 s for the headers and for a body, 64 connections at once
 /// (a browser keeps a few open per tab).
@@ -112,13 +112,13 @@ impl LabelServer {
     /// `labels.source = "human"`.
     pub fn open(run_dir: &Path, token: Option<String>, lease: Duration) -> anyhow::Result<Self> {
         let cfg_path = wmrl_run::RunDir::new(run_dir).config_toml();
-        let cfg = wmrl_train::TrainConfig::load(&cfg_path).map_err(|e| {
+        let cfg = crate::TrainConfig::load(&cfg_path).map_err(|e| {
             anyhow::anyhow!(
                 "{}: not a wmrl train run directory ({e}); start the run first (`wmrl train --config ... --set labels.source=\"human\" --out DIR`)",
                 run_dir.display()
             )
         })?;
-        if cfg.labels.source != wmrl_train::LabelSource::Human {
+        if cfg.labels.source != crate::LabelSource::Human {
             anyhow::bail!(
                 "{}: this run reads the simulator's success flag (labels.source = \"sim\"); labels given here would never be used. Start a run with --set labels.source=\"human\"",
                 cfg_path.display()
@@ -432,7 +432,7 @@ pub fn serve(server: Arc<LabelServer>, listener: TcpListener) -> anyhow::Result<
 }
 
 /// [`serve`] under other limits (tests shorten the deadlines).
-pub(crate) fn serve_with(
+pub fn serve_with(
     server: Arc<LabelServer>,
     listener: TcpListener,
     limits: Limits,
@@ -460,5 +460,5 @@ pub(crate) fn serve_with(
 }
 
 #[cfg(test)]
-#[path = "label_http_tests.rs"]
+#[path = "http_tests.rs"]
 mod tests;

@@ -16,13 +16,13 @@ use std::net::TcpListener;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+use crate::rewards::{PROTOCOL, RewardReply, RewardRequest, RewardService};
 use anyhow::Context;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use tokio::sync::{Notify, oneshot};
-use wmrl_autoresearch::rewards::{PROTOCOL, RewardReply, RewardRequest, RewardService};
 
-use super::http::{self, Body, Limits, Refusal};
+use wmrl_http::{self as http, Body, Limits, Refusal};
 
 /// Largest request body accepted (a group of long solutions is far less).
 pub const MAX_BODY: u64 = 16 << 20;
@@ -39,14 +39,14 @@ pub const LIMITS: Limits = Limits {
 
 /// What scores reward requests: the reward service, or a stand-in in tests.
 pub trait Scorer: Send + 'static {
-    fn score(&mut self, req: &RewardRequest) -> wmrl_autoresearch::Result<RewardReply>;
+    fn score(&mut self, req: &RewardRequest) -> crate::Result<RewardReply>;
     /// Requests answered, real outcomes used, sandbox CPU-seconds: since
     /// the state began.
     fn totals(&self) -> (u64, u64, f64);
 }
 
 impl Scorer for RewardService {
-    fn score(&mut self, req: &RewardRequest) -> wmrl_autoresearch::Result<RewardReply> {
+    fn score(&mut self, req: &RewardRequest) -> crate::Result<RewardReply> {
         RewardService::score(self, req)
     }
     fn totals(&self) -> (u64, u64, f64) {
@@ -208,7 +208,7 @@ fn score_loop<S: Scorer>(
             }
             // A request the service refuses is the client's to fix;
             // anything else is ours.
-            Err(e @ wmrl_autoresearch::Error::Config(_)) => Reply::error(422, e.to_string()),
+            Err(e @ crate::Error::Config(_)) => Reply::error(422, e.to_string()),
             Err(e) => Reply::error(500, e.to_string()),
         };
         let (requests, labels_total, sandbox_cpu_secs_total) = scorer.totals();
@@ -283,11 +283,9 @@ mod tests {
     }
 
     impl Scorer for Slow {
-        fn score(&mut self, req: &RewardRequest) -> wmrl_autoresearch::Result<RewardReply> {
+        fn score(&mut self, req: &RewardRequest) -> crate::Result<RewardReply> {
             if req.competition == "nope" {
-                return Err(wmrl_autoresearch::Error::Config(
-                    "no competition `nope`".into(),
-                ));
+                return Err(crate::Error::Config("no competition `nope`".into()));
             }
             std::thread::sleep(self.delay);
             self.answered += 1;

@@ -26,7 +26,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Notify, Semaphore};
 
 /// A reply's body.
-pub(crate) type Body = Full<Bytes>;
+pub type Body = Full<Bytes>;
 
 /// Largest request line and headers (hyper answers 431 above it).
 const MAX_HEAD: usize = 64 << 10;
@@ -35,7 +35,7 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A service's limits.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
+pub struct Limits {
     /// Time a client has to send a request line and headers, counted from
     /// the connection's start or its previous reply; the connection is
     /// closed when it runs out.
@@ -53,7 +53,7 @@ pub(crate) struct Limits {
 
 /// A request refused before it reached the service: a status and why.
 #[derive(Debug)]
-pub(crate) struct Refusal {
+pub struct Refusal {
     pub status: u16,
     pub message: String,
 }
@@ -69,7 +69,7 @@ impl Refusal {
 
 /// The parts of a request the services read: method, path with query, body.
 #[derive(Debug)]
-pub(crate) struct Received {
+pub struct Received {
     pub method: String,
     pub target: String,
     pub body: Bytes,
@@ -78,10 +78,7 @@ pub(crate) struct Received {
 /// Read a request's body within `limits`: the length is judged at the
 /// header (so a client that announces too much is answered at once, and is
 /// never sent `100 Continue`), the body must arrive before the deadline.
-pub(crate) async fn read_body(
-    req: Request<Incoming>,
-    limits: &Limits,
-) -> Result<Received, Refusal> {
+pub async fn read_body(req: Request<Incoming>, limits: &Limits) -> Result<Received, Refusal> {
     let (parts, body) = req.into_parts();
     let received = |body| Received {
         method: parts.method.as_str().to_string(),
@@ -144,7 +141,7 @@ pub(crate) async fn read_body(
 
 /// A reply of any content type; nothing is cached (the pages and their
 /// data change as labels and requests come in).
-pub(crate) fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
+pub fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> Response<Body> {
     let mut r = Response::new(Full::new(body.into()));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let h = r.headers_mut();
@@ -159,14 +156,14 @@ pub(crate) fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> 
 }
 
 /// A JSON reply.
-pub(crate) fn json(status: u16, body: &serde_json::Value) -> Response<Body> {
+pub fn json(status: u16, body: &serde_json::Value) -> Response<Body> {
     reply(status, "application/json", body.to_string())
 }
 
 /// Serve `handler` on `listener` until `stop` is notified (never, if
 /// `None`), then let in-flight replies finish (a few seconds at most).
 /// Blocks the calling thread; runs its own tokio runtime on two threads.
-pub(crate) fn serve<H, F>(
+pub fn serve<H, F>(
     listener: std::net::TcpListener,
     limits: Limits,
     stop: Option<Arc<Notify>>,

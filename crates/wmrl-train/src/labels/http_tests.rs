@@ -6,12 +6,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::labels::queue::write_strip;
+use crate::labels::{LabelStore, QueueItem, Verdict};
 use wmrl_env::Frame;
-use wmrl_train::labels::queue::write_strip;
-use wmrl_train::labels::{LabelStore, QueueItem, Verdict};
 
 use super::{LIMITS, LabelServer, serve_with};
-use crate::cmd::http::Limits;
+use wmrl_http::Limits;
 
 fn item(id: &str, step: usize) -> QueueItem {
     QueueItem {

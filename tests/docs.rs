@@ -210,3 +210,83 @@ fn readme_is_a_front_door_not_a_history() {
         assert!(readme.contains(needle), "README.md has {needle}");
     }
 }
+
+/// The layering issue 44 asks for, checked on the Cargo manifests: the
+/// CLI is argument parsing (no HTTP stack of its own: each service lives
+/// with its domain, over the one shared `wmrl-http`), the command-line
+/// parser is the CLI's alone, and the policy kinds are chosen in one place
+/// (`wmrl_train::policy_kind`), not by sniffing a directory elsewhere.
+#[test]
+fn services_live_with_their_domains_and_the_cli_parses_arguments() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let deps = |krate: &str| {
+        let toml =
+            std::fs::read_to_string(root.join("crates").join(krate).join("Cargo.toml")).unwrap();
+        let section = toml
+            .split("[dependencies]")
+            .nth(1)
+            .unwrap_or("")
+            .split("\n[")
+            .next()
+            .unwrap_or("")
+            .to_string();
+        section
+            .lines()
+            .filter_map(|l| l.split(['.', ' ', '=']).next())
+            .filter(|d| !d.is_empty() && !d.starts_with('#'))
+            .map(String::from)
+            .collect::<Vec<String>>()
+    };
+    let cli = deps("wmrl-cli");
+    for http in [
+        "hyper",
+        "hyper-util",
+        "http-body-util",
+        "tokio",
+        "wmrl-http",
+    ] {
+        assert!(
+            !cli.contains(&http.to_string()),
+            "wmrl-cli depends on {http}: an HTTP service belongs with its domain"
+        );
+    }
+    for domain in ["wmrl-train", "wmrl-autoresearch"] {
+        assert!(
+            deps(domain).contains(&"wmrl-http".to_string()),
+            "{domain} serves over wmrl-http"
+        );
+    }
+    for entry in std::fs::read_dir(root.join("crates")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name != "wmrl-cli" && root.join("crates").join(&name).join("Cargo.toml").is_file() {
+            assert!(
+                !deps(&name).contains(&"clap".to_string()),
+                "{name} parses command lines (clap)"
+            );
+        }
+    }
+    // `is_minivla_dir` is the minivla kind's test of a directory; outside
+    // wmrl-minivla only the policy registry calls it.
+    let mut callers = Vec::new();
+    let mut stack = vec![root.join("crates")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs")
+                && !p.starts_with(root.join("crates/wmrl-minivla"))
+                && std::fs::read_to_string(&p)
+                    .unwrap()
+                    .contains("is_minivla_dir(")
+            {
+                callers.push(p.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    assert_eq!(
+        callers,
+        ["crates/wmrl-train/src/policy_kind.rs"],
+        "policy kinds chosen outside the registry"
+    );
+}

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::arm::{AR_ARMS, ar_arm_from_name, ar_name, serde_ar_arm};
 use crate::error::{Error, Result};
 use crate::predictor::PredictorCost;
-use crate::rundir::{read_json, write_json};
+use crate::rundir::{read_record, write_record};
 use crate::train::{Accounting, StepLog, TrainReport};
 use wmrl_core::Arm;
 use wmrl_run::bench::{BenchJob, BenchProgress, PairedTable, Report, Slot, fan_out};
@@ -592,6 +592,25 @@ impl BenchConfig {
     }
 }
 
+/// The layouts of a bench's bench_config.json: its `train` table follows
+/// [`crate::TrainConfig`]'s (layout 0, before the key, migrates as a run's
+/// settings do); 1 writes every key.
+impl wmrl_run::Versioned for BenchConfig {
+    const FORMAT: u32 = 1;
+    fn migrate(
+        from: u32,
+        doc: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<(), String> {
+        if from == 0
+            && let Some(train) = doc.get_mut("train")
+        {
+            let train = train.as_object_mut().ok_or("`train` is not a table")?;
+            crate::train::migrate_train_from_0(train)?;
+        }
+        Ok(())
+    }
+}
+
 impl Default for BenchConfig {
     fn default() -> Self {
         Self {
@@ -630,6 +649,38 @@ pub struct BenchResult {
     pub cpu_ratio_real_over_wmrl: Option<f64>,
     /// Paired by seed: `wmrl - real` final held-out position, mean and 95% half-width.
     pub wmrl_minus_real: Option<(f64, f64)>,
+}
+
+/// The layouts of a bench's bench.json: its `config` and `reports` follow
+/// [`BenchConfig`]'s and [`TrainReport`]'s (layout 0, before the key,
+/// migrates as those records do), and layout 0's oldest arm summaries have
+/// no `name` (it was the arm's); 1 writes every key.
+impl wmrl_run::Versioned for BenchResult {
+    const FORMAT: u32 = 1;
+    fn migrate(
+        from: u32,
+        doc: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<(), String> {
+        if let Some(c) = doc.get_mut("config") {
+            BenchConfig::migrate(from, c.as_object_mut().ok_or("`config` is not a table")?)?;
+        }
+        // Layout 0's oldest summaries predate variants: each arm's name was
+        // its arm's.
+        if let Some(ss) = doc.get_mut("summary").filter(|_| from == 0) {
+            for a in ss.as_array_mut().ok_or("`summary` is not a list")? {
+                let a = a.as_object_mut().ok_or("a summary is not a table")?;
+                if let Some(arm) = a.get("arm").cloned() {
+                    a.entry("name").or_insert(arm);
+                }
+            }
+        }
+        if let Some(rs) = doc.get_mut("reports") {
+            for r in rs.as_array_mut().ok_or("`reports` is not a list")? {
+                TrainReport::migrate(from, r.as_object_mut().ok_or("a report is not a table")?)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 impl BenchResult {
@@ -878,8 +929,7 @@ pub fn run_bench(
     out: &Path,
 ) -> Result<BenchResult> {
     use crate::collect::evaluate_predictor;
-    // Recorded and compared as the runs use them (the older
-    // `refit_predictor_every` moved into `core.refit`).
+    // Recorded and compared as the runs use them.
     let cfg = &BenchConfig {
         train: cfg.train.resolved()?,
         ..cfg.clone()
@@ -986,7 +1036,7 @@ pub fn run_bench(
         cpu_ratio_real_over_wmrl,
         wmrl_minus_real,
     };
-    write_json(&out.join("bench.json"), &res)?;
+    write_record(&out.join("bench.json"), &res)?;
     res.report().write(out)?;
     Ok(res)
 }
@@ -994,7 +1044,7 @@ pub fn run_bench(
 /// A finished run read back: the arm and seed its slot holds, its costs
 /// counted as the bench's ([`check_accounting`]).
 fn read_finished(done: &Path, spec: &BenchArm, seed: u64, charge: f64) -> Result<TrainReport> {
-    let r: TrainReport = read_json(done)?;
+    let r: TrainReport = read_record(done)?;
     check_accounting(&r, charge).map_err(|e| Error::Config(format!("{}: {e}", done.display())))?;
     if r.arm != spec.arm || r.name() != spec.name || r.seed != seed {
         return Err(Error::Config(format!(
@@ -1145,9 +1195,9 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
                 dir.display()
             )));
         }
-        return write_json(path, cfg);
+        return write_record(path, cfg);
     }
-    let recorded: BenchConfig = read_json(path)?;
+    let recorded: BenchConfig = read_record(path)?;
     // Where the models run is not what the bench computes: it resumes under
     // another `train.device` (`--set train.device="cuda"`).
     let ignore = ["seeds", "train.device"];
@@ -1160,7 +1210,7 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
     }
     // Only the ignored keys can differ here: the record follows them.
     if recorded != *cfg {
-        write_json(path, cfg)?;
+        write_record(path, cfg)?;
     }
     Ok(())
 }
@@ -1297,7 +1347,7 @@ mod config_tests {
         moved.train.device = wmrl_run::DeviceChoice::Cuda;
         moved.seeds = 5;
         check_settings(&path, &moved).expect("another device and seed count");
-        let recorded: BenchConfig = read_json(&path).expect("recorded");
+        let recorded: BenchConfig = read_record(&path).expect("recorded");
         assert_eq!(recorded, moved, "the record follows the resumed bench");
         let mut other = moved.clone();
         other.train.steps += 1;

@@ -117,6 +117,15 @@ impl Default for RewardConfig {
     }
 }
 
+/// A reward service's settings have one layout so far (they are not
+/// recorded as a run's settings).
+impl wmrl_run::Versioned for RewardConfig {
+    const FORMAT: u32 = 0;
+    fn migrate(_: u32, _: &mut serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
 impl RewardConfig {
     /// The settings in `path` (TOML with `extends`), with `sets`
     /// (`section.key=value`) applied, unknown keys refused; no file: the

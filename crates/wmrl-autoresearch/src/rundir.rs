@@ -9,7 +9,7 @@
 //! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
 //! | `summary.json` | the [`crate::TrainReport`], written last: the run is finished |
 //! | `checkpoint/state.json` | what resuming needs, after every step |
-//! | `predictor.onnx` | with `refit_predictor_every`, the latest refitted predictor |
+//! | `predictor.onnx` | with `core.refit.every`, the latest refitted predictor |
 
 use std::path::Path;
 
@@ -23,6 +23,41 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
         path: path.into(),
         source,
     })
+}
+
+/// Read a record wmrl wrote (a run's config.json or summary.json, a
+/// bench's bench_config.json), migrated from its layout
+/// ([`wmrl_run::format`]; none: format 0).
+pub(crate) fn read_record<T: serde::de::DeserializeOwned + wmrl_run::Versioned>(
+    path: &Path,
+) -> Result<T> {
+    let text = std::fs::read_to_string(path).map_err(io_err(path))?;
+    wmrl_run::format::from_json(&text, wmrl_run::Absent::Recorded)
+        .map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+}
+
+/// `value` as the pretty JSON a record holds, with its `format`.
+pub(crate) fn record_text<T: Serialize + wmrl_run::Versioned>(
+    path: &Path,
+    value: &T,
+) -> Result<String> {
+    let v = wmrl_run::format::to_json(value)
+        .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+    serde_json::to_string_pretty(&v).map_err(|source| Error::Json {
+        path: path.into(),
+        source,
+    })
+}
+
+/// Write a record ([`record_text`]) atomically.
+pub(crate) fn write_record<T: Serialize + wmrl_run::Versioned>(
+    path: &Path,
+    value: &T,
+) -> Result<()> {
+    Ok(wmrl_run::atomic_write(
+        path,
+        record_text(path, value)?.as_bytes(),
+    )?)
 }
 
 /// Write JSON ([`wmrl_run::atomic_write`]: a temporary file and a rename),

@@ -65,21 +65,8 @@ pub struct TrainConfig {
     /// between the start and the end): `train`, the training competitions,
     /// so that settings are chosen without reading the held-out ones,
     /// which are read only at the start and the end (the final figures).
-    /// Runs recorded before this key existed drew it on the held-out
-    /// competitions and read back as `heldout`.
-    #[serde(
-        default = "CurveOn::recorded_before",
-        skip_serializing_if = "CurveOn::is_heldout"
-    )]
+    /// `heldout` draws it on the held-out competitions at every evaluation.
     pub curve_on: CurveOn,
-    /// The older spelling of `core.refit.every` (what `bench
-    /// --refit-predictor-every` sets): [`TrainConfig::resolved`] moves it
-    /// there, so a run's recorded settings carry the refit in one place.
-    /// Settings recorded before the shared refit (ungated, refitted from
-    /// scratch) read back with it and differ from any resolved settings,
-    /// so such a run is never resumed under the new refit.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub refit_predictor_every: usize,
     pub policy: PolicyConfig,
     /// The correction loop's settings, with the predictor refit
     /// (`core.refit`, off by default) among them.
@@ -93,9 +80,8 @@ pub struct TrainConfig {
     #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
     /// What the run's costs count ([`Accounting`]): `total`, every CPU
-    /// second of training. Runs recorded before this key existed counted
-    /// sandbox CPU alone and read back as `sandbox`; no new run is.
-    #[serde(default = "Accounting::recorded_before")]
+    /// second of training; `sandbox` is read back from older records
+    /// ([`TrainConfig`]'s migration), never run.
     pub accounting: Accounting,
     /// CPU seconds of the outcome predictor's up-front cost (its training
     /// data's executions and its fit) charged to the ledger of a run whose
@@ -114,10 +100,6 @@ pub struct TrainConfig {
     pub variant: Option<String>,
 }
 
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
 fn is_zero_f64(x: &f64) -> bool {
     *x == 0.0
 }
@@ -130,16 +112,12 @@ pub enum Accounting {
     /// own process CPU (sampling, updates, predictor inference and refits),
     /// with the predictor's up-front share ([`Ledger::train_cpu_seconds`]).
     Total,
-    /// The sandbox's CPU of training executions alone (runs recorded
-    /// before 2026-12-07; read back, never run).
+    /// The sandbox's CPU of training executions alone (older records; read
+    /// back, never run).
     Sandbox,
 }
 
 impl Accounting {
-    fn recorded_before() -> Self {
-        Accounting::Sandbox
-    }
-
     /// The CPU a run spent on training, as this accounting counts it.
     pub fn train_cpu(self, ledger: &Ledger) -> f64 {
         match self {
@@ -166,7 +144,6 @@ impl Default for TrainConfig {
             eval_every: 4,
             eval_samples: 4,
             curve_on: CurveOn::Train,
-            refit_predictor_every: 0,
             policy: PolicyConfig::default(),
             core: small_scale_core(),
             device: DeviceChoice::Cpu,
@@ -175,6 +152,65 @@ impl Default for TrainConfig {
             variant: None,
         }
     }
+}
+
+/// The layouts of a run's recorded settings (config.json, and `train` in a
+/// bench's bench_config.json):
+/// - 0, before the key: the curve's competitions and the accounting were
+///   left out where they were the old defaults (`heldout`, `sandbox`), and
+///   the predictor refit was `refit_predictor_every = N` (ungated, refitted
+///   from scratch). It reads as `curve_on = "heldout"`, `accounting =
+///   "sandbox"` and `core.refit = { every = N, gate = false }`; a record
+///   that counted sandbox CPU alone is read and reported, never resumed.
+/// - 1: every key written.
+impl wmrl_run::Versioned for TrainConfig {
+    const FORMAT: u32 = 1;
+    fn migrate(from: u32, doc: &mut JsonMap) -> std::result::Result<(), String> {
+        if from == 0 {
+            migrate_train_from_0(doc)?;
+        }
+        Ok(())
+    }
+}
+
+/// A JSON object, as records are migrated.
+pub(crate) type JsonMap = serde_json::Map<String, serde_json::Value>;
+
+/// [`TrainConfig`]'s layout 0 to 1 (see its [`wmrl_run::Versioned`]).
+pub(crate) fn migrate_train_from_0(doc: &mut JsonMap) -> std::result::Result<(), String> {
+    use serde_json::Value;
+    doc.entry("curve_on").or_insert(Value::from("heldout"));
+    doc.entry("accounting").or_insert(Value::from("sandbox"));
+    let every = match doc.remove("refit_predictor_every") {
+        None => return Ok(()),
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| format!("refit_predictor_every = {v}: expected a whole number"))?,
+    };
+    if every == 0 {
+        return Ok(());
+    }
+    let core = doc
+        .entry("core")
+        .or_insert_with(|| Value::Object(JsonMap::new()))
+        .as_object_mut()
+        .ok_or("`core` is not a table")?;
+    let refit = core
+        .entry("refit")
+        .or_insert_with(|| Value::Object(JsonMap::new()))
+        .as_object_mut()
+        .ok_or("`core.refit` is not a table")?;
+    match refit.get("every").and_then(Value::as_u64) {
+        Some(n) if n > 0 && n != every => {
+            return Err(format!(
+                "refit_predictor_every = {every} and core.refit.every = {n}: a record sets one"
+            ));
+        }
+        _ => {}
+    }
+    refit.insert("every".into(), Value::from(every));
+    refit.insert("gate".into(), Value::from(false));
+    Ok(())
 }
 
 impl TrainConfig {
@@ -188,25 +224,13 @@ impl TrainConfig {
         wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
 
-    /// The settings a run uses: `refit_predictor_every` folded into
-    /// `core.refit.every` (refused when both are set and differ), the core
-    /// settings validated.
+    /// The settings a run uses: validated, the costs charged whole.
     pub fn resolved(&self) -> Result<Self> {
-        let mut c = self.clone();
-        let (old, new) = (c.refit_predictor_every, c.core.refit.every);
-        if old > 0 {
-            if new > 0 && new != old {
-                return Err(Error::Config(format!(
-                    "refit_predictor_every = {old} and core.refit.every = {new}: set one"
-                )));
-            }
-            c.core.refit.every = old;
-            c.refit_predictor_every = 0;
-        }
+        let c = self.clone();
         if c.accounting != Accounting::Total {
             return Err(Error::Config(
-                "accounting = \"sandbox\" is how runs before 2026-12-07 were recorded \
-                 (sandbox CPU alone); a new run charges every cost: leave the key out"
+                "accounting = \"sandbox\" is how older runs were recorded (sandbox CPU \
+                 alone); a new run charges every cost: leave the key out"
                     .into(),
             ));
         }
@@ -233,8 +257,7 @@ impl TrainConfig {
 pub enum CurveOn {
     /// The training competitions (fresh samples, not the rollouts).
     Train,
-    /// The held-out competitions at every evaluation (runs before
-    /// 2026-12-04).
+    /// The held-out competitions at every evaluation.
     Heldout,
 }
 
@@ -246,15 +269,6 @@ impl std::str::FromStr for CurveOn {
             "heldout" => Ok(CurveOn::Heldout),
             _ => Err(format!("`{s}`: expected `train` or `heldout`")),
         }
-    }
-}
-
-impl CurveOn {
-    fn recorded_before() -> Self {
-        CurveOn::Heldout
-    }
-    fn is_heldout(&self) -> bool {
-        *self == CurveOn::Heldout
     }
 }
 
@@ -334,14 +348,26 @@ pub struct TrainReport {
     /// The predictor refits, in order (`core.refit`; absent without).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refits: Vec<RefitRecord>,
-    /// What the run's CPU figures count (its settings' `accounting`;
-    /// `sandbox` for runs recorded before the key).
-    #[serde(default = "Accounting::recorded_before")]
+    /// What the run's CPU figures count (its settings' `accounting`).
     pub accounting: Accounting,
     /// The bench arm's name when the run is a variant of `arm`
     /// ([`TrainConfig::variant`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
+}
+
+/// The layouts of a run's summary.json: 0, before the key, left the
+/// accounting out where it counted sandbox CPU alone (it reads as
+/// `accounting = "sandbox"`); 1 writes it.
+impl wmrl_run::Versioned for TrainReport {
+    const FORMAT: u32 = 1;
+    fn migrate(from: u32, doc: &mut JsonMap) -> std::result::Result<(), String> {
+        if from == 0 {
+            doc.entry("accounting")
+                .or_insert(serde_json::Value::from("sandbox"));
+        }
+        Ok(())
+    }
 }
 
 impl TrainReport {
@@ -1070,10 +1096,7 @@ pub fn train_with_refit(
     if let Some(d) = run_dir {
         // The record files: emptied for a fresh run (refits.jsonl created
         // when the arm refits), cut back to the checkpoint's on resume.
-        let settings = serde_json::to_string_pretty(cfg).map_err(|source| Error::Json {
-            path: d.config_json(),
-            source,
-        })?;
+        let settings = crate::rundir::record_text(&d.config_json(), cfg)?;
         let empty = [d.metrics(), d.eval()]
             .into_iter()
             .chain(refits.then(|| d.refits()))
@@ -1133,7 +1156,9 @@ pub fn train_with_refit(
         variant: cfg.variant.clone(),
     };
     if let Some(d) = run_dir {
-        d.finish(run.core.diagnostics(), &report)?;
+        let summary = wmrl_run::format::to_json(&report)
+            .map_err(|e| Error::Config(format!("{}: {e}", d.summary().display())))?;
+        d.finish(run.core.diagnostics(), &summary)?;
     }
     Ok(report)
 }
@@ -1162,7 +1187,7 @@ fn check_inputs(
     match (refits, refit, predictor) {
         (true, None, _) => {
             return Err(Error::Config(
-                "core.refit.every (refit_predictor_every) is set but the run was given no predictor data to refit on"
+                "core.refit.every is set but the run was given no predictor data to refit on"
                     .into(),
             ));
         }

@@ -85,8 +85,12 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
                 .unwrap()
                 .clone()
         );
-        assert_eq!(read(run.summary()), serde_json::to_value(&r).unwrap());
-        assert_eq!(read(run.config_json()), serde_json::to_value(&cfg).unwrap());
+        // The records carry their layout (`format`) beside the fields.
+        assert_eq!(read(run.summary()), wmrl_run::format::to_json(&r).unwrap());
+        assert_eq!(
+            read(run.config_json()),
+            wmrl_run::format::to_json(&cfg).unwrap()
+        );
         assert_eq!(
             read(run.diagnostics())["steps"].as_array().map(Vec::len),
             Some(2)
@@ -167,23 +171,28 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
     for i in [0, 2] {
         assert_eq!(on_train.evals[i].heldout(), on_heldout.evals[i].heldout());
     }
-    // A config recorded before the key existed reads back as `heldout`
-    // and writes back without it.
+    // A config recorded before layouts (format 0) without the key read
+    // back as `heldout`; today's records write it, and their format.
     let mut old = serde_json::to_value(&legacy).unwrap();
-    assert!(old.get("curve_on").is_none());
     old.as_object_mut().unwrap().remove("curve_on");
-    let back: TrainConfig = serde_json::from_value(old).unwrap();
+    let back: TrainConfig =
+        wmrl_run::format::from_json(&old.to_string(), wmrl_run::Absent::Recorded).unwrap();
     assert_eq!(back, legacy);
-    assert_eq!(
-        serde_json::to_value(&curve).unwrap()["curve_on"],
-        serde_json::json!("train")
-    );
+    let now = wmrl_run::format::to_json(&curve).unwrap();
+    assert_eq!(now["curve_on"], serde_json::json!("train"));
+    assert_eq!(now["format"], serde_json::json!(1));
+    // ... and its `refit_predictor_every` (the ungated refit) reads as the
+    // shared refit without the gate.
+    old.as_object_mut()
+        .unwrap()
+        .insert("refit_predictor_every".into(), serde_json::json!(4));
+    let back: TrainConfig =
+        wmrl_run::format::from_json(&old.to_string(), wmrl_run::Absent::Recorded).unwrap();
+    assert_eq!((back.core.refit.every, back.core.refit.gate), (4, false));
     // Refitting the predictor on the run's anchors (beyond the paper;
     // tests below) is refused without its data and weights.
-    let refit_cfg = TrainConfig {
-        refit_predictor_every: 1,
-        ..cfg.clone()
-    };
+    let mut refit_cfg = cfg.clone();
+    refit_cfg.core.refit.every = 1;
     assert!(train(&refit_cfg, Arm::Wmrl, 7, &suite, &ex, Some(&onnx), None).is_err());
     // The track runs the core's arms it names real, wm and wmrl only.
     let err = train(&cfg, Arm::Mix, 7, &suite, &ex, Some(&onnx), None)
@@ -215,15 +224,7 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("not the ONNX predictor"), "{err}");
-    // Both spellings of the schedule at once must agree.
-    let mut both = refit_cfg.clone();
-    both.core.refit.every = 2;
-    assert!(both.resolved().is_err());
     let resolved = refit_cfg.resolved().unwrap();
-    assert_eq!(
-        (resolved.refit_predictor_every, resolved.core.refit.every),
-        (0, 1)
-    );
     assert!(resolved.core.refit.gate, "the gate is on by default");
 }
 
@@ -278,8 +279,9 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         .find(|r| r.name() == "wmrl_long")
         .unwrap();
     assert_eq!((long.arm, long.steps.len()), (Arm::Wmrl, 2));
-    let recorded: TrainConfig = serde_json::from_str(
+    let recorded: TrainConfig = wmrl_run::format::from_json(
         &std::fs::read_to_string(out.join("wmrl_long/seed0/config.json")).unwrap(),
+        wmrl_run::Absent::Recorded,
     )
     .unwrap();
     assert_eq!(
@@ -849,70 +851,82 @@ fn an_interrupted_run_with_refits_resumes_to_the_same_result() {
     assert_eq!(eval_lines(&cut), resumed.evals);
 }
 
-/// Settings the benches recorded before the shared refit still read; the
-/// ungated refit's settings resolve to a different run than they record.
+/// Every committed AutoResearch bench reads through today's types, each
+/// record migrated from its layout (`wmrl_run::format`): its settings, each
+/// run's settings and summary, and its bench.json, from which its report.md
+/// renders again: byte for byte where today's renderer wrote it, its tables
+/// (every figure and verdict) where an older one did. Benches that counted sandbox CPU alone read
+/// back as such, and their settings are refused as a new run's.
 #[test]
-fn committed_autoresearch_settings_still_read() {
-    use wmrl_autoresearch::bench::BenchConfig;
+fn committed_autoresearch_benches_read_and_report_unchanged() {
+    use wmrl_autoresearch::TrainReport;
+    use wmrl_autoresearch::bench::{BenchConfig, BenchResult};
+    use wmrl_run::{Absent, format::from_json};
+    fn read<T: serde::de::DeserializeOwned + wmrl_run::Versioned>(p: &std::path::Path) -> T {
+        from_json(&std::fs::read_to_string(p).unwrap(), Absent::Recorded)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
     let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
-    let mut benches = 0;
+    let (mut benches, mut runs, mut whole) = (0, 0, Vec::new());
     for e in std::fs::read_dir(&results).unwrap().flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
         let cfg = e.path().join("bench_config.json");
-        if !name.starts_with("autoresearch_bench") || !cfg.exists() {
+        if !cfg.exists() {
             continue;
         }
         benches += 1;
-        let mut b: BenchConfig = serde_json::from_str(&std::fs::read_to_string(&cfg).unwrap())
+        let b: BenchConfig = read(&cfg);
+        let sandbox = b.train.accounting == Accounting::Sandbox;
+        let arms = b
+            .arms()
             .unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
-        let old = b.train.accounting == Accounting::Sandbox;
-        if old {
-            // Recorded when runs counted sandbox CPU alone: read, never run.
+        if sandbox {
             let e = b.train.resolved().unwrap_err().to_string();
             assert!(e.contains("accounting"), "{e}");
-            b.train.accounting = Accounting::Total;
+        } else {
+            assert_eq!(b.train.resolved().unwrap(), b.train, "{}", cfg.display());
         }
-        let resolved = b.train.resolved().unwrap();
-        assert_eq!(
-            resolved.core.refit.every,
-            b.train.refit_predictor_every.max(b.train.core.refit.every)
-        );
-        if b.train.refit_predictor_every == 0 {
-            assert_eq!(resolved, b.train, "{}: recorded resolved", cfg.display());
-        }
-        for arm in AR_ARMS {
-            let run = e
-                .path()
-                .join(ar_name(arm))
-                .join("seed0")
-                .join("config.json");
-            if run.exists() {
-                let mut t: TrainConfig =
-                    serde_json::from_str(&std::fs::read_to_string(&run).unwrap())
-                        .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
-                assert_eq!(
-                    t.accounting == Accounting::Sandbox,
-                    old,
-                    "{}",
-                    run.display()
-                );
-                t.accounting = Accounting::Total;
-                // The bench sets each run's share of the predictor's cost.
-                t.predictor_charge_cpu_secs = 0.0;
-                assert_eq!(t.resolved().unwrap(), resolved, "{}", run.display());
+        for arm in e.path().read_dir().unwrap().flatten() {
+            for seed in arm.path().read_dir().into_iter().flatten().flatten() {
+                let run = seed.path();
+                if !run.join("summary.json").exists() {
+                    continue;
+                }
+                runs += 1;
+                let t: TrainConfig = read(&run.join("config.json"));
+                let r: TrainReport = read(&run.join("summary.json"));
+                assert_eq!(t.accounting, b.train.accounting, "{}", run.display());
+                assert_eq!(r.accounting, t.accounting, "{}", run.display());
+                assert_eq!(t.curve_on, b.train.curve_on, "{}", run.display());
+                // Only `wmrl` refits; the `real` and `wm` runs of
+                // results/autoresearch_bench_refit4_gated recorded the older
+                // spelling, which their arms never read.
+                if r.arm == Arm::Wmrl {
+                    let arm = arms.iter().find(|a| a.name == r.name()).expect("its arm");
+                    assert_eq!(t.core.refit, arm.train.core.refit, "{}", run.display());
+                }
             }
         }
-        if name == "autoresearch_bench_refit4" {
-            assert_eq!(b.train.refit_predictor_every, 4);
-            assert_ne!(
-                serde_json::to_value(&b.train).unwrap(),
-                serde_json::to_value(&resolved).unwrap()
-            );
+        let res: BenchResult = read(&e.path().join("bench.json"));
+        let committed = std::fs::read_to_string(e.path().join("report.md")).unwrap();
+        let now = res.report().markdown().to_string();
+        if now == committed {
+            whole.push(e.file_name().to_string_lossy().into_owned());
+        } else {
+            // A report written by an older renderer: its tables (every
+            // figure and verdict) render the same; the plain-text details
+            // below them were worded otherwise then.
+            let tables = |t: &str| t.split("## Details").next().unwrap().to_string();
+            assert_eq!(tables(&now), tables(&committed), "{}", e.path().display());
         }
     }
     assert!(
-        benches >= 2,
-        "found {benches} benches in {}",
+        benches >= 5 && runs >= 60,
+        "{benches} benches, {runs} runs in {}",
         results.display()
+    );
+    // The bench that resumes under this version renders whole.
+    assert!(
+        whole.iter().any(|n| n == "autoresearch_bench_costed"),
+        "{whole:?}"
     );
 }

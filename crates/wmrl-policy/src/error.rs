@@ -51,6 +51,15 @@ pub enum PolicyError {
     },
 }
 
+impl From<wmrl_run::RecordError> for PolicyError {
+    fn from(e: wmrl_run::RecordError) -> Self {
+        Self::Io {
+            path: e.path,
+            message: e.message,
+        }
+    }
+}
+
 impl From<wmrl_grpo::GrpoError> for PolicyError {
     fn from(e: wmrl_grpo::GrpoError) -> Self {
         use wmrl_grpo::GrpoError as G;

@@ -300,9 +300,35 @@ pub const PROPRIO_STD_FLOOR: f64 = 0.02;
 const STATE_FILE: &str = "train_state.json";
 const OPTIM_FILE: &str = "optimizer.safetensors";
 
-/// True when `out` holds a resumable SFT run.
+/// True when `out` holds a resumable SFT run: a whole checkpoint in
+/// `out/checkpoint/` (or one of the older layout, [`migrate_layout`]).
 pub fn can_resume(out: &Path) -> bool {
-    out.join(STATE_FILE).exists() && out.join(OPTIM_FILE).exists()
+    let whole = |d: &Path| d.join(STATE_FILE).exists() && d.join(OPTIM_FILE).exists();
+    whole(&wmrl_run::RunDir::new(out).checkpoint()) || whole(out)
+}
+
+/// An SFT directory of the older layout kept its resume state beside the
+/// policy (`train_state.json` and `optimizer.safetensors` in `out`, with the
+/// model's files), written one file after another. It becomes today's: the
+/// three go into one whole checkpoint, `out/checkpoint/`, and the loose
+/// state files go. Nothing to do for a directory without them.
+fn migrate_layout(model: &dyn SftModel, out: &Path) -> Result<()> {
+    let files = wmrl_run::RunDir::new(out);
+    if files.checkpoint().join(STATE_FILE).exists() || !out.join(STATE_FILE).exists() {
+        return Ok(());
+    }
+    model.restore(out)?;
+    files.write_checkpoint(|ck| -> Result<()> {
+        model.save(ck)?;
+        for f in [OPTIM_FILE, STATE_FILE] {
+            std::fs::copy(out.join(f), ck.join(f)).map_err(|e| io_err(&out.join(f), e))?;
+        }
+        Ok(())
+    })?;
+    for f in [OPTIM_FILE, STATE_FILE] {
+        std::fs::remove_file(out.join(f)).map_err(|e| io_err(&out.join(f), e))?;
+    }
+    Ok(())
 }
 
 fn batch_indices(seed: u64, step: usize, n: usize, b: usize) -> Vec<usize> {
@@ -311,10 +337,12 @@ fn batch_indices(seed: u64, step: usize, n: usize, b: usize) -> Vec<usize> {
     (0..b).map(|_| rng.random_range(0..n)).collect()
 }
 
-/// Train `model` in place, checkpointing into `out` (its parameters,
-/// `optimizer.safetensors`, `train_state.json`, `sft.json`,
-/// `metrics.jsonl`). With `resume` and a resumable `out`, the parameters,
-/// the optimizer and the step are restored first.
+/// Train `model` in place, checkpointing into `out`: the trained policy's
+/// files, `sft.json`, `metrics.jsonl`, and `checkpoint/` (the parameters,
+/// `optimizer.safetensors` and `train_state.json`, written whole: a fresh
+/// directory renamed into place, so a run stopped at any moment keeps one
+/// consistent checkpoint). With `resume` and a resumable `out`, the
+/// parameters, the optimizer and the step are restored from it first.
 pub fn train_sft(
     model: &dyn SftModel,
     cfg: &SftConfig,
@@ -346,9 +374,11 @@ pub fn train_sft(
                 out.display()
             )));
         }
-        model.restore(out)?;
-        opt.load(&out.join(OPTIM_FILE))?;
-        let state = read_json::<TrainState>(&out.join(STATE_FILE))?;
+        migrate_layout(model, out)?;
+        let ck = wmrl_run::RunDir::new(out).checkpoint();
+        model.restore(&ck)?;
+        opt.load(&ck.join(OPTIM_FILE))?;
+        let state = read_json::<TrainState>(&ck.join(STATE_FILE))?;
         start = state.step;
         if let Some(len) = state.metrics_len {
             wmrl_run::cut_back(&metrics_path, len).map_err(|e| io_err(&metrics_path, e))?;
@@ -362,11 +392,16 @@ pub fn train_sft(
     bar.set_position(start as u64);
     let t0 = Instant::now();
     let (mut ema_loss, mut ema_acc) = (f64::NAN, f64::NAN);
+    let files = wmrl_run::RunDir::new(out);
     let save = |step: usize, opt: &PolicyOptimizer| -> Result<()> {
-        model.save(out)?;
-        opt.save(&out.join(OPTIM_FILE))?;
         let metrics_len = Some(wmrl_run::len_of(&metrics_path));
-        write_json(&out.join(STATE_FILE), &TrainState { step, metrics_len })
+        files.write_checkpoint(|ck| -> Result<()> {
+            model.save(ck)?;
+            opt.save(&ck.join(OPTIM_FILE))?;
+            write_json(&ck.join(STATE_FILE), &TrainState { step, metrics_len })
+        })?;
+        // The policy itself, where every command reads a policy directory.
+        model.save(out)
     };
     for step in start..cfg.steps {
         let idx = batch_indices(cfg.seed, step, n_samples, cfg.batch_size);

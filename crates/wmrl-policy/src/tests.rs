@@ -760,6 +760,23 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
     let r1 = train_sft(&first, &scfg, out.path(), false, false).expect("sft");
     assert_eq!(r1.start_step, 0);
     assert!(can_resume(out.path()));
+    // The resume state is one whole checkpoint beside the policy.
+    let ck = out.path().join("checkpoint");
+    for f in [
+        "train_state.json",
+        "optimizer.safetensors",
+        "model.safetensors",
+    ] {
+        assert!(ck.join(f).exists(), "{f}");
+    }
+    assert!(!out.path().join("train_state.json").exists());
+    // A directory of the older layout (the state files loose beside the
+    // policy) resumes through its migration into checkpoint/.
+    for f in ["train_state.json", "optimizer.safetensors"] {
+        std::fs::rename(ck.join(f), out.path().join(f)).expect("old layout");
+    }
+    std::fs::remove_dir_all(&ck).expect("old layout");
+    assert!(can_resume(out.path()));
     // A line logged after the last checkpoint (a run stopped between the
     // two) is cut away on resume, not kept beside its rewrite.
     let metrics = out.path().join("metrics.jsonl");
@@ -787,6 +804,8 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
     );
     let r2 = train_sft(&sft, &scfg, out.path(), true, false).expect("resume");
     assert_eq!(r2.start_step, 40);
+    assert!(ck.join("train_state.json").exists());
+    assert!(!out.path().join("optimizer.safetensors").exists());
     let steps = logged_steps(&metrics);
     assert!(steps.windows(2).all(|w| w[0] < w[1]), "{steps:?}");
     assert_eq!(steps.last(), Some(&150));

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::format::{Absent, Versioned};
+
 /// A config that cannot be read, parsed or overridden; `path` names the
 /// file (with its overrides), `message` the key or the problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -156,18 +158,54 @@ pub fn load_optional<T: DeserializeOwned>(
     }
 }
 
-/// [`load_optional`] for a command whose settings have defaults of their own
-/// beyond each table type's (AutoResearch's small-scale `[core]`, its
-/// curve drawn on the training competitions): a TOML file, or none, is laid
-/// over `T::default()` key by key, so a table given in part keeps the
-/// command's defaults for its other keys; then `sets`. A recorded `.json`
-/// is read as it is, strictly (what was recorded is what was run).
-pub fn load_over_defaults<T: Serialize + DeserializeOwned + Default>(
+/// [`load`] for a recorded type ([`Versioned`]): the document, after its
+/// `extends` chain and before `sets`, is migrated from its `format`
+/// ([`crate::format::upgrade_toml`]); `absent` says what a document
+/// without the key is (a run's config.toml: [`Absent::Recorded`]; a
+/// person's `--config`: [`Absent::Current`]).
+pub fn load_versioned<T: DeserializeOwned + Versioned>(
+    path: &Path,
+    sets: &[String],
+    absent: Absent,
+) -> Result<(T, String), ConfigError> {
+    let origin = if sets.is_empty() {
+        path.display().to_string()
+    } else {
+        format!("{} with --set {}", path.display(), sets.join(" "))
+    };
+    let mut doc = read_doc(path)?;
+    crate::format::upgrade_toml::<T>(&mut doc, absent).map_err(|message| ConfigError {
+        path: path.display().to_string(),
+        message,
+    })?;
+    Ok((parse_doc(doc, sets, &origin)?, origin))
+}
+
+/// A command's settings for a recorded type ([`Versioned`]) whose command
+/// has defaults of its own beyond each table type's (AutoResearch's
+/// small-scale `[core]`, its curve drawn on the training competitions): a
+/// TOML file, or none, is laid over `T::default()` key by key, so a table
+/// given in part keeps the command's defaults for its other keys; then
+/// `sets`. The file is a person's config, in today's layout unless it
+/// names its `format`. A `.json` file is a run's recorded settings: read
+/// strictly, migrated from its layout (none: format 0), and it takes no
+/// `sets` (what was recorded is what was run).
+pub fn load_over_defaults<T: Serialize + DeserializeOwned + Default + Versioned>(
     path: Option<&Path>,
     sets: &[String],
 ) -> Result<T, ConfigError> {
-    if path.is_some_and(|p| p.extension().is_some_and(|e| e == "json")) {
-        return load_optional(path, sets);
+    if let Some(p) = path.filter(|p| p.extension().is_some_and(|e| e == "json")) {
+        let err = |message: String| ConfigError {
+            path: p.display().to_string(),
+            message,
+        };
+        if !sets.is_empty() {
+            return Err(err(
+                "--set applies to TOML configs, not a recorded .json".into()
+            ));
+        }
+        let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
+        return crate::format::from_json(&text, Absent::Recorded).map_err(err);
     }
     let origin = match path {
         Some(p) if sets.is_empty() => p.display().to_string(),
@@ -179,7 +217,14 @@ pub fn load_over_defaults<T: Serialize + DeserializeOwned + Default>(
         message: format!("the defaults as TOML: {e}"),
     })?;
     if let Some(p) = path {
-        merge_tables(&mut doc, read_doc(p)?);
+        let mut file = read_doc(p)?;
+        crate::format::upgrade_toml::<T>(&mut file, Absent::Current).map_err(|message| {
+            ConfigError {
+                path: p.display().to_string(),
+                message,
+            }
+        })?;
+        merge_tables(&mut doc, file);
     }
     parse_doc(doc, sets, &origin)
 }

@@ -33,7 +33,7 @@ impl RunDir {
         if v.get("track").is_none() && v.get("step").is_some() {
             return Err(RecordError {
                 path: self.state().display().to_string(),
-                message: "a checkpoint of a wmrl from before 2026-12-04 (no `track` state): \
+                message: "a checkpoint of an older wmrl's layout (no `track` state): \
                           finish the run with that version, or start it again"
                     .into(),
             });
@@ -246,7 +246,7 @@ mod tests {
         old.as_object_mut().unwrap().remove("track");
         std::fs::write(run.state(), old.to_string()).unwrap();
         let e = run.read_saved::<Vec<u8>>("resume").unwrap_err();
-        assert!(e.message.contains("before 2026-12-04"), "{e}");
+        assert!(e.message.contains("older wmrl's layout"), "{e}");
         let mut bad = v;
         bad["track"] = serde_json::json!("x");
         std::fs::write(run.state(), bad.to_string()).unwrap();

@@ -5,6 +5,8 @@
 //!   parse (a type with `#[serde(deny_unknown_fields)]` refuses unknown
 //!   keys, naming them), and the settings comparison that names the first
 //!   differing key;
+//! - [`format`]: the layout version (`format = N`) every record carries,
+//!   and the one migration per recorded type that reads older layouts;
 //! - [`journal`]: the run directory as the shared loop's journal: step
 //!   records and whole checkpoints with one state layout ([`Saved`]);
 //! - [`records`]: JSONL record files (append, read, cut back to a
@@ -22,6 +24,7 @@ pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod device;
+pub mod format;
 pub mod journal;
 pub mod process;
 pub mod progress;
@@ -30,9 +33,10 @@ pub mod rundir;
 
 pub use config::{
     ConfigError, apply_set, differing_key, first_difference, first_difference_except, load,
-    load_optional, load_over_defaults, parse, read_doc, value_at,
+    load_optional, load_over_defaults, load_versioned, parse, read_doc, value_at,
 };
 pub use device::DeviceChoice;
+pub use format::{Absent, Versioned};
 pub use journal::{Opened, Resume, RunJournal, Saved};
 pub use progress::Progress;
 pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};

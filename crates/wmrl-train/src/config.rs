@@ -271,10 +271,6 @@ pub struct LossSection {
     pub kl_beta: f64,
     /// Entropy bonus weight; 0 disables.
     pub entropy_coef: f64,
-    /// Read from configs written before 2026-12-04 (it had to equal
-    /// `rollout.temperature`, and still must); never written.
-    #[serde(skip_serializing)]
-    pub temperature: Option<f32>,
 }
 
 impl Default for LossSection {
@@ -285,7 +281,6 @@ impl Default for LossSection {
             clip_high: g.clip_high,
             kl_beta: g.kl_beta,
             entropy_coef: g.entropy_coef,
-            temperature: None,
         }
     }
 }
@@ -550,6 +545,46 @@ pub(crate) fn is_zero(x: &usize) -> bool {
     *x == 0
 }
 
+/// The layouts of a run's recorded config.toml:
+/// - 0, before the key: `[update.loss]` could carry `temperature`, which
+///   had to equal `rollout.temperature` (the loss scores tokens at the
+///   temperature they were sampled at). It is dropped where it does, and
+///   refused where it does not.
+/// - 1: `format = 1` first, every key written.
+impl wmrl_run::Versioned for TrainConfig {
+    const FORMAT: u32 = 1;
+    fn migrate(
+        from: u32,
+        doc: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<(), String> {
+        if from > 0 {
+            return Ok(());
+        }
+        let Some(t) = doc
+            .get_mut("update")
+            .and_then(|u| u.get_mut("loss"))
+            .and_then(|l| l.as_object_mut())
+            .and_then(|l| l.remove("temperature"))
+        else {
+            return Ok(());
+        };
+        let t = t
+            .as_f64()
+            .ok_or_else(|| format!("update.loss.temperature = {t}: expected a number"))?;
+        let rollout = doc
+            .get("rollout")
+            .and_then(|r| r.get("temperature"))
+            .and_then(|v| v.as_f64())
+            .unwrap_or(f64::from(RolloutConfig::default().temperature));
+        if (t - rollout).abs() > 1e-6 {
+            return Err(format!(
+                "update.loss.temperature = {t} differs from rollout.temperature {rollout}: the loss scores tokens at the temperature they were sampled at, so the key is gone (remove it)"
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn bad(key: &str, message: impl Into<String>) -> TrainError {
     TrainError::Config {
         path: key.to_string(),
@@ -558,35 +593,20 @@ fn bad(key: &str, message: impl Into<String>) -> TrainError {
 }
 
 impl TrainConfig {
-    /// Parse TOML text; `origin` names the file in errors.
+    /// Parse TOML text; `origin` names the file in errors. The text is a
+    /// person's config, in today's layout unless it names its `format`.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self> {
-        let mut cfg: Self = wmrl_run::parse(text, origin)?;
-        cfg.checked()?;
+        let mut doc: toml::Table = wmrl_run::parse(text, origin)?;
+        wmrl_run::format::upgrade_toml::<Self>(&mut doc, wmrl_run::Absent::Current)
+            .map_err(|message| bad("format", message))?;
+        let cfg: Self = doc
+            .try_into()
+            .map_err(|e: toml::de::Error| TrainError::Config {
+                path: origin.into(),
+                message: e.to_string(),
+            })?;
+        cfg.validate()?;
         Ok(cfg)
-    }
-
-    /// Validate once after parsing (see [`TrainConfig::parsed`]).
-    fn checked(&mut self) -> Result<()> {
-        self.parsed()?;
-        self.validate()
-    }
-
-    /// What parsing settles before any override: an old
-    /// `update.loss.temperature` is checked against `rollout.temperature`
-    /// and dropped (the batch carries the one temperature).
-    fn parsed(&mut self) -> Result<()> {
-        if let Some(t) = self.update.loss.temperature.take()
-            && (t - self.rollout.temperature).abs() > 1e-6
-        {
-            return Err(bad(
-                "update.loss.temperature",
-                format!(
-                    "{t} differs from rollout.temperature {}: the loss scores tokens at the temperature they were sampled at, so this key is no longer needed (remove it)",
-                    self.rollout.temperature
-                ),
-            ));
-        }
-        Ok(())
     }
 
     /// Parse `path` with its `section.key=value` overrides, not yet
@@ -594,8 +614,17 @@ impl TrainConfig {
     /// validates once (`wmrl train` in [`crate::Trainer::create`], `wmrl
     /// bench` before planning its runs).
     pub fn parse_with(path: &Path, overrides: &[String]) -> Result<Self> {
-        let (mut cfg, _): (Self, String) = wmrl_run::load(path, overrides)?;
-        cfg.parsed()?;
+        let (cfg, _) = wmrl_run::load_versioned(path, overrides, wmrl_run::Absent::Current)?;
+        Ok(cfg)
+    }
+
+    /// A run directory's recorded config.toml, migrated from its layout
+    /// (none: format 0, see [`TrainConfig`]'s [`wmrl_run::Versioned`]),
+    /// validated.
+    pub fn load_recorded(path: &Path) -> Result<Self> {
+        let (cfg, _): (Self, String) =
+            wmrl_run::load_versioned(path, &[], wmrl_run::Absent::Recorded)?;
+        cfg.validate()?;
         Ok(cfg)
     }
 
@@ -623,7 +652,7 @@ impl TrainConfig {
     /// UTF-8), and then says so instead of writing a file that would read
     /// back as something else.
     pub fn to_toml(&self) -> Result<String> {
-        toml::to_string_pretty(self).map_err(|e| TrainError::Config {
+        wmrl_run::format::to_toml(self).map_err(|e| TrainError::Config {
             path: "config".into(),
             message: format!("cannot be written as TOML: {e}"),
         })
@@ -855,27 +884,39 @@ mod tests {
         let err = TrainConfig::from_toml("[eval]\ninit_states = [10, 20]\n", "t.toml")
             .expect_err("overlap");
         assert!(err.to_string().contains("eval.init_states"), "{err}");
-        // One temperature: the loss's is the rollouts'. An old config's
-        // `update.loss.temperature` is read when it agrees, refused when it
-        // does not, and never written back.
+        // One temperature: the loss's is the rollouts'. A person's config
+        // has no `update.loss.temperature`; a run's config.toml recorded
+        // before layouts (format 0) reads when it agrees, is refused when it
+        // does not, and the key is never written back.
         let one = TrainConfig::from_toml("[rollout]\ntemperature = 0.5\n", "t.toml")
             .expect("rollout.temperature alone");
-        assert!(
-            !one.to_toml()
-                .expect("toml")
-                .contains("[update.loss]\ntemperature")
-        );
+        let text = one.to_toml().expect("toml");
+        assert!(text.starts_with("format = 1\n"), "{text}");
+        assert!(!text.contains("[update.loss]\ntemperature"));
+        assert_eq!(TrainConfig::from_toml(&text, "copy").expect("a copy"), one);
         let err = TrainConfig::from_toml(
-            "[rollout]\ntemperature = 0.5\n[update.loss]\ntemperature = 1.0\n",
-            "t.toml",
-        )
-        .expect_err("temperature mismatch");
-        assert!(err.to_string().contains("update.loss.temperature"), "{err}");
-        TrainConfig::from_toml(
             "[rollout]\ntemperature = 0.5\n[update.loss]\ntemperature = 0.5\n",
             "t.toml",
         )
-        .expect("tied temperatures");
+        .expect_err("not a key of today's layout");
+        assert!(err.to_string().contains("temperature"), "{err}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let recorded = dir.path().join("config.toml");
+        let old = text
+            .replacen("format = 1\n", "", 1)
+            .replace("[update.loss]\n", "[update.loss]\ntemperature = 0.5\n");
+        std::fs::write(&recorded, &old).expect("write");
+        assert_eq!(
+            TrainConfig::load_recorded(&recorded).expect("format 0"),
+            one
+        );
+        std::fs::write(
+            &recorded,
+            old.replace("temperature = 0.5\nclip", "temperature = 1.0\nclip"),
+        )
+        .expect("write");
+        let err = TrainConfig::load_recorded(&recorded).expect_err("temperature mismatch");
+        assert!(err.to_string().contains("update.loss.temperature"), "{err}");
         TrainConfig::from_toml("[update]\nminibatch = 0\n", "t.toml").expect("whole batch");
         let err = TrainConfig::from_toml("[update]\ninner_epochs = 0\n", "t.toml").expect_err("0");
         assert!(err.to_string().contains("update.inner_epochs"), "{err}");
@@ -965,8 +1006,8 @@ mod tests {
         assert!(err.to_string().contains("lr_max"), "{err}");
         let ok = TrainConfig::from_toml("arm = \"sparse\"\nsteps = 3\n", "t.toml").expect("ok");
         let mut doc: toml::Table = toml::from_str(&ok.to_toml().expect("toml")).expect("doc");
-        wmrl_run::apply_set(&mut doc, "rollout.temperature=0.5").expect("set");
-        wmrl_run::apply_set(&mut doc, "update.loss.temperature = 0.5").expect("set");
+        assert_eq!(doc.remove("format"), Some(toml::Value::Integer(1)));
+        wmrl_run::apply_set(&mut doc, "rollout.temperature = 0.5").expect("set");
         wmrl_run::apply_set(&mut doc, "eval.curve_init_states=[16, 25]").expect("set");
         wmrl_run::apply_set(&mut doc, "arm=wmrl").expect("bare word");
         let set: TrainConfig = toml::from_str(&toml::to_string(&doc).expect("text")).expect("cfg");

@@ -216,7 +216,7 @@ impl Trainer {
         kinds: &PolicyKinds,
     ) -> Result<Self> {
         let files = RunDir::new(dir);
-        let mut cfg = TrainConfig::load(&files.config_toml())?;
+        let mut cfg = TrainConfig::load_recorded(&files.config_toml())?;
         if let Some(d) = device {
             cfg.device = d;
         }
@@ -988,7 +988,7 @@ pub fn export_policy_with(
     let files = RunDir {
         dir: dir.to_path_buf(),
     };
-    let cfg = TrainConfig::load(&files.config_toml())?;
+    let cfg = TrainConfig::load_recorded(&files.config_toml())?;
     let ck = files.checkpoint();
     let state: Saved<RobotState> = files.read_saved("export")?;
     if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {

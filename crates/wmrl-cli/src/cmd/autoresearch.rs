@@ -244,16 +244,14 @@ pub struct BenchArgs {
     /// sandbox (anchors; at least one group a step) [config default: 0.1]
     #[arg(long)]
     anchor_fraction: Option<wmrl_core::AnchorFraction>,
-    /// Beyond the paper: the `wm` and `wmrl` arms refit the predictor on
-    /// its data plus the run's anchor executions every N steps (0: never)
-    /// [config default: 0]
+    /// Beyond the paper: the `wmrl` arm refits the predictor on its data
+    /// plus the run's anchor executions every N steps (0: never); sets
+    /// `train.core.refit.every` [config default: 0]
     #[arg(long)]
     refit_predictor_every: Option<usize>,
     /// Where the learning curve is drawn: `train` (the training
     /// competitions; the held-out ones are read only at the start and
-    /// the end) or `heldout` (at every evaluation, as the benches
-    /// committed before 2026-12-04 did: give it to resume them)
-    /// [config default: train]
+    /// the end) or `heldout` (at every evaluation) [config default: train]
     #[arg(long)]
     curve_on: Option<wmrl_autoresearch::train::CurveOn>,
     #[arg(long, default_value = "runs/autoresearch/bench")]
@@ -280,7 +278,7 @@ impl BenchArgs {
             cfg.train.core.anchors.fraction = f;
         }
         if let Some(n) = self.refit_predictor_every {
-            cfg.train.refit_predictor_every = n;
+            cfg.train.core.refit.every = n;
         }
         if let Some(c) = self.curve_on {
             cfg.train.curve_on = c;
@@ -672,10 +670,10 @@ fn bench(cfg: &BenchConfig, out: &Path, common: &Common) -> anyhow::Result<()> {
     let s = suite(common)?;
     let work = common.work_root("bench")?;
     let res = run_bench(cfg, &s, &executor(common, &work)?, out).map_err(|e| {
-        let hint = if e.to_string().contains("train.curve_on: absent against") {
-            " (a bench started before 2026-12-04 drew its curve on the held-out competitions: `--curve-on heldout` resumes it)"
+        let hint = if e.to_string().contains("train.curve_on:") {
+            " (this bench drew its curve on the held-out competitions: `--curve-on heldout` resumes it)"
         } else if e.to_string().contains("train.accounting") {
-            " (a bench started before 2026-12-07 counted sandbox CPU alone; this version charges every cost and does not resume it: use another --out)"
+            " (this bench counted sandbox CPU alone; this version charges every cost and does not resume it: use another --out)"
         } else {
             ""
         };

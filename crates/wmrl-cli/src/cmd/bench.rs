@@ -151,7 +151,7 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
         });
     }
     let path = run.config_toml();
-    let mut have = wmrl_train::TrainConfig::load(&path)?;
+    let mut have = wmrl_train::TrainConfig::load_recorded(&path)?;
     // Where the models run is not what the run computes: a run resumes on
     // this bench's --device.
     have.device = cfg.device;

@@ -36,14 +36,21 @@ pub(crate) fn read_record<T: serde::de::DeserializeOwned + wmrl_run::Versioned>(
         .map_err(|e| Error::Config(format!("{}: {e}", path.display())))
 }
 
-/// `value` as the pretty JSON a record holds, with its `format`.
+/// `value` as the JSON document a record at `path` holds: its fields and
+/// its `format`.
+pub(crate) fn record_value<T: Serialize + wmrl_run::Versioned>(
+    path: &Path,
+    value: &T,
+) -> Result<serde_json::Value> {
+    wmrl_run::format::to_json(value).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+}
+
+/// [`record_value`] as pretty JSON text.
 pub(crate) fn record_text<T: Serialize + wmrl_run::Versioned>(
     path: &Path,
     value: &T,
 ) -> Result<String> {
-    let v = wmrl_run::format::to_json(value)
-        .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
-    serde_json::to_string_pretty(&v).map_err(|source| Error::Json {
+    serde_json::to_string_pretty(&record_value(path, value)?).map_err(|source| Error::Json {
         path: path.into(),
         source,
     })

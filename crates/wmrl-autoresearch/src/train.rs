@@ -1156,8 +1156,7 @@ pub fn train_with_refit(
         variant: cfg.variant.clone(),
     };
     if let Some(d) = run_dir {
-        let summary = wmrl_run::format::to_json(&report)
-            .map_err(|e| Error::Config(format!("{}: {e}", d.summary().display())))?;
+        let summary = crate::rundir::record_value(&d.summary(), &report)?;
         d.finish(run.core.diagnostics(), &summary)?;
     }
     Ok(report)

@@ -119,12 +119,53 @@ pub fn parse<T: DeserializeOwned>(text: &str, origin: &str) -> Result<T, ConfigE
 /// the result into `T` once. Returns the value and the origin errors should
 /// name (`path`, with its overrides when there are any).
 pub fn load<T: DeserializeOwned>(path: &Path, sets: &[String]) -> Result<(T, String), ConfigError> {
-    let origin = if sets.is_empty() {
-        path.display().to_string()
-    } else {
-        format!("{} with --set {}", path.display(), sets.join(" "))
-    };
+    let origin = origin(Some(path), sets);
     Ok((parse_doc(read_doc(path)?, sets, &origin)?, origin))
+}
+
+/// What errors name: the file, with its overrides when there are any.
+fn origin(path: Option<&Path>, sets: &[String]) -> String {
+    match path {
+        Some(p) if sets.is_empty() => p.display().to_string(),
+        Some(p) => format!("{} with --set {}", p.display(), sets.join(" ")),
+        None => format!("--set {}", sets.join(" ")),
+    }
+}
+
+/// A run's recorded `.json` settings at `p`, parsed by `parse`; `--set`
+/// is refused (what was recorded is what was run).
+fn read_recorded_json<T>(
+    p: &Path,
+    sets: &[String],
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, ConfigError> {
+    let err = |message: String| ConfigError {
+        path: p.display().to_string(),
+        message,
+    };
+    if !sets.is_empty() {
+        return Err(err(
+            "--set applies to TOML configs, not a recorded .json".into()
+        ));
+    }
+    let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
+    parse(&text).map_err(err)
+}
+
+fn is_json(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "json")
+}
+
+/// [`crate::format::upgrade_toml`], its error naming `path`.
+fn upgrade_doc<T: Versioned>(
+    path: &Path,
+    doc: &mut toml::Table,
+    absent: Absent,
+) -> Result<u32, ConfigError> {
+    crate::format::upgrade_toml::<T>(doc, absent).map_err(|message| ConfigError {
+        path: path.display().to_string(),
+        message,
+    })
 }
 
 /// A command's settings from an optional file, then `sets`: a `.json` file
@@ -136,25 +177,11 @@ pub fn load_optional<T: DeserializeOwned>(
     sets: &[String],
 ) -> Result<T, ConfigError> {
     match path {
-        Some(p) if p.extension().is_some_and(|e| e == "json") => {
-            let err = |message: String| ConfigError {
-                path: p.display().to_string(),
-                message,
-            };
-            if !sets.is_empty() {
-                return Err(err(
-                    "--set applies to TOML configs, not a recorded .json".into()
-                ));
-            }
-            let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
-            serde_json::from_str(&text).map_err(|e| err(e.to_string()))
-        }
+        Some(p) if is_json(p) => read_recorded_json(p, sets, |t| {
+            serde_json::from_str(t).map_err(|e| e.to_string())
+        }),
         Some(p) => Ok(load(p, sets)?.0),
-        None => parse_doc(
-            toml::Table::new(),
-            sets,
-            &format!("--set {}", sets.join(" ")),
-        ),
+        None => parse_doc(toml::Table::new(), sets, &origin(None, sets)),
     }
 }
 
@@ -168,16 +195,9 @@ pub fn load_versioned<T: DeserializeOwned + Versioned>(
     sets: &[String],
     absent: Absent,
 ) -> Result<(T, String), ConfigError> {
-    let origin = if sets.is_empty() {
-        path.display().to_string()
-    } else {
-        format!("{} with --set {}", path.display(), sets.join(" "))
-    };
+    let origin = origin(Some(path), sets);
     let mut doc = read_doc(path)?;
-    crate::format::upgrade_toml::<T>(&mut doc, absent).map_err(|message| ConfigError {
-        path: path.display().to_string(),
-        message,
-    })?;
+    upgrade_doc::<T>(path, &mut doc, absent)?;
     Ok((parse_doc(doc, sets, &origin)?, origin))
 }
 
@@ -194,36 +214,17 @@ pub fn load_over_defaults<T: Serialize + DeserializeOwned + Default + Versioned>
     path: Option<&Path>,
     sets: &[String],
 ) -> Result<T, ConfigError> {
-    if let Some(p) = path.filter(|p| p.extension().is_some_and(|e| e == "json")) {
-        let err = |message: String| ConfigError {
-            path: p.display().to_string(),
-            message,
-        };
-        if !sets.is_empty() {
-            return Err(err(
-                "--set applies to TOML configs, not a recorded .json".into()
-            ));
-        }
-        let text = std::fs::read_to_string(p).map_err(|e| err(e.to_string()))?;
-        return crate::format::from_json(&text, Absent::Recorded).map_err(err);
+    if let Some(p) = path.filter(|p| is_json(p)) {
+        return read_recorded_json(p, sets, |t| crate::format::from_json(t, Absent::Recorded));
     }
-    let origin = match path {
-        Some(p) if sets.is_empty() => p.display().to_string(),
-        Some(p) => format!("{} with --set {}", p.display(), sets.join(" ")),
-        None => format!("--set {}", sets.join(" ")),
-    };
+    let origin = origin(path, sets);
     let mut doc = toml::Table::try_from(T::default()).map_err(|e| ConfigError {
         path: origin.clone(),
         message: format!("the defaults as TOML: {e}"),
     })?;
     if let Some(p) = path {
         let mut file = read_doc(p)?;
-        crate::format::upgrade_toml::<T>(&mut file, Absent::Current).map_err(|message| {
-            ConfigError {
-                path: p.display().to_string(),
-                message,
-            }
-        })?;
+        upgrade_doc::<T>(p, &mut file, Absent::Current)?;
         merge_tables(&mut doc, file);
     }
     parse_doc(doc, sets, &origin)

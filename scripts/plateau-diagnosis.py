@@ -39,8 +39,12 @@ def arm_table(arm_dir, every):
     for s in seeds:
         m = os.path.join(s, "metrics.jsonl")
         if os.path.exists(m):
-            # config.toml of a run directory is resolved: no `extends`.
-            with open(os.path.join(s, "config.toml"), "rb") as f:
+            # A run directory's settings are resolved: no `extends`
+            # (run.toml; config.toml where an older wmrl wrote the run).
+            rec = os.path.join(s, "run.toml")
+            if not os.path.exists(rec):
+                rec = os.path.join(s, "config.toml")
+            with open(rec, "rb") as f:
                 n_groups = tomllib.load(f)["rollout"]["n_groups"]
             runs.append((s, read_jsonl(m), n_groups))
     if not runs:

@@ -215,7 +215,8 @@ fn readme_is_a_front_door_not_a_history() {
 /// CLI is argument parsing (no HTTP stack of its own: each service lives
 /// with its domain, over the one shared `wmrl-http`), the command-line
 /// parser is the CLI's alone, and the policy kinds are chosen in one place
-/// (`wmrl_train::policy_kind`), not by sniffing a directory elsewhere.
+/// (`wmrl_train::policy_kind`), not by sniffing a directory elsewhere;
+/// the candle device resolver is wmrl-device's, beside the models.
 #[test]
 fn services_live_with_their_domains_and_the_cli_parses_arguments() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -264,6 +265,28 @@ fn services_live_with_their_domains_and_the_cli_parses_arguments() {
                 "{name} parses command lines (clap)"
             );
         }
+    }
+    // The candle device resolver sits beside the models (wmrl-device, over
+    // wmrl-run's recorded choice), not in the RL objective: the update
+    // runs on whatever device its tensors are on.
+    assert!(
+        !deps("wmrl-grpo").contains(&"wmrl-run".to_string()),
+        "wmrl-grpo reads run settings: the device choice belongs to wmrl-device"
+    );
+    let device_deps: Vec<String> = deps("wmrl-device")
+        .into_iter()
+        .filter(|d| d.starts_with("wmrl-"))
+        .collect();
+    assert_eq!(
+        device_deps,
+        ["wmrl-run"],
+        "wmrl-device sits on wmrl-run alone"
+    );
+    for model in ["wmrl-train", "wmrl-autoresearch", "wmrl-cli"] {
+        assert!(
+            deps(model).contains(&"wmrl-device".to_string()),
+            "{model} places a candle model without wmrl-device"
+        );
     }
     // `is_minivla_dir` is the minivla kind's test of a directory; outside
     // wmrl-minivla only the policy registry calls it.

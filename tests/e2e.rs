@@ -178,9 +178,9 @@ fn resume_continues_to_the_same_result() {
     // Work after the checkpoint that an interrupt would lose.
     b.train_step().expect("lost step");
     drop(b);
-    // config.toml is the one source of truth: an edit to the method's
+    // run.toml is the one source of truth: an edit to the method's
     // settings after the checkpoint is refused, not mixed in.
-    let cfg_path = cut.join("config.toml");
+    let cfg_path = cut.join("run.toml");
     let original = std::fs::read_to_string(&cfg_path).expect("config");
     let mut edited = TrainConfig::load(&cfg_path).expect("load");
     edited.wmrl.anchors.fraction = wmrl_core::AnchorFraction::new(0.25).expect("valid");
@@ -219,7 +219,7 @@ fn resume_continues_to_the_same_result() {
 }
 
 /// A world model as `wmrl wm train` leaves it: candle weights and
-/// train_config.json beside model.onnx (what a refit fine-tunes).
+/// run.toml beside model.onnx (what a refit fine-tunes).
 fn refittable_world_model(dir: &Path) -> PathBuf {
     let net = NetConfig {
         height: IMAGE as usize,
@@ -801,7 +801,7 @@ fn flat_groups_are_redrawn_charged_and_the_recipe_resumes_exactly() {
         weights(&plain) != weights(&whole),
         "the redrawn rollouts were not used"
     );
-    let toml = std::fs::read_to_string(plain.join("config.toml")).expect("config");
+    let toml = std::fs::read_to_string(plain.join("run.toml")).expect("config");
     assert!(!toml.contains("redraw_rounds"), "off is not written");
     // Every other arm is refused: they do not label every group.
     let mut c = recipe(2);

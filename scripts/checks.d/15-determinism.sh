@@ -13,7 +13,7 @@ bin=target/debug/wmrl
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 export RAYON_NUM_THREADS=1
-# Both runs use the same paths (the run's config.toml names them), then move.
+# Both runs use the same paths (the run's run.toml names them), then move.
 for k in a b; do
   d="$root/work"
   "$bin" demos --tasks 0,1 --per-task 2 --init-states 0-15 --noise 0.3 --image-size 128 \

@@ -260,8 +260,8 @@ chromium = firefox = None
 try:
     t0 = time.time()
     trainer = start_trainer(resume=False)
-    wait_for("the run's config.toml",
-             lambda: os.path.exists(os.path.join(human_dir, "config.toml")))
+    wait_for("the run's run.toml",
+             lambda: os.path.exists(os.path.join(human_dir, "run.toml")))
     server, url = start_server()
     chromium = Chromium(url + "?labeller=tester")
     page = chromium

@@ -12,6 +12,7 @@ use crate::predictor::PredictorCost;
 use crate::rundir::{read_record, write_record};
 use crate::train::{Accounting, StepLog, TrainReport};
 use wmrl_core::Arm;
+use wmrl_run::RunDir;
 use wmrl_run::bench::{BenchJob, BenchProgress, PairedTable, Report, Slot, fan_out};
 
 /// Mean and half-width of the 95% t-interval ([`wmrl_core::stats::MeanCi`],
@@ -367,7 +368,7 @@ mod tests {
 }
 
 /// Settings of the full benchmark (configs/autoresearch_bench.toml holds the
-/// defaults; recorded as the bench's bench_config.json).
+/// defaults; recorded as the bench's run.toml).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BenchConfig {
@@ -507,8 +508,8 @@ pub struct BenchArm {
 }
 
 impl BenchConfig {
-    /// The settings in `path` (TOML with `extends`, or a bench's recorded
-    /// bench_config.json), with `sets` (`section.key=value`) applied,
+    /// The settings in `path` (TOML with `extends`; a bench's recorded
+    /// run.toml; or an older wmrl's bench_config.json, read strictly), with `sets` (`section.key=value`) applied,
     /// unknown keys refused; no file: the defaults with `sets` applied.
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
         wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
@@ -592,11 +593,14 @@ impl BenchConfig {
     }
 }
 
-/// The layouts of a bench's bench_config.json: its `train` table follows
+/// The layouts of a bench's recorded settings (its run.toml; an older
+/// wmrl's bench_config.json, [`wmrl_run::Versioned::LEGACY_FILE`]): its
+/// `train` table follows
 /// [`crate::TrainConfig`]'s (layout 0, before the key, migrates as a run's
 /// settings do); 1 writes every key.
 impl wmrl_run::Versioned for BenchConfig {
     const FORMAT: u32 = 1;
+    const LEGACY_FILE: Option<&'static str> = Some("bench_config.json");
     fn migrate(
         from: u32,
         doc: &mut serde_json::Map<String, serde_json::Value>,
@@ -916,7 +920,7 @@ impl BenchResult {
 /// every arm for every seed, write `bench.json`, per-run JSONL metrics and
 /// the PNG into `out`.
 ///
-/// Resumable: the settings go to `out/bench_config.json` first; the
+/// Resumable: the settings go to `out/run.toml` first; the
 /// predictor's data and weights, and every finished run
 /// (`<arm>/seed<k>/summary.json`, a [`RunDir`]), are read back instead of redone when the
 /// bench is started again on the same `out`. Settings that differ from the
@@ -943,7 +947,7 @@ pub fn run_bench(
         fit_cpu_secs: 0.0,
     })?;
     std::fs::create_dir_all(out).map_err(crate::error::io_err(out))?;
-    check_settings(&out.join("bench_config.json"), cfg)?;
+    check_settings(&RunDir::new(out), cfg)?;
     let (train_data, held_data, pred, cost) = predictor_stage(cfg, suite, ex, out)?;
     let predictor_data_cpu_secs = train_data.iter().map(|e| e.cpu_secs).sum();
     // Each run that reads the predictor pays its share at its start.
@@ -1171,13 +1175,18 @@ pub fn accounting(reports: &[TrainReport]) -> Accounting {
 /// before 2026-12-07 drew score_vs_sandbox_cpu.png).
 pub const PLOT_FILE: &str = "score_vs_train_cpu.png";
 
-/// Record `cfg` at `path`, or check it against the one recorded there by an
-/// earlier start of the same bench (the seed count may grow or shrink).
-fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
-    if !path.exists() {
+/// Record `cfg` in `out`'s run.toml, or check it against the settings
+/// recorded there by an earlier start of the same bench (the seed count
+/// may grow or shrink).
+fn check_settings(out: &RunDir, cfg: &BenchConfig) -> Result<()> {
+    let recorded = || {
+        wmrl_run::Recorded::of(cfg)
+            .map_err(|e| Error::Config(format!("{}: {e}", out.settings().display())))
+    };
+    if out.recorded_settings::<BenchConfig>().is_none() {
         // Results without recorded settings (a folder of an older wmrl, or
         // of something else) cannot be checked, so they are not resumed.
-        let dir = path.parent().unwrap_or(Path::new("."));
+        let dir = &out.dir;
         let stale = std::fs::read_dir(dir)
             .map_err(crate::error::io_err(dir))?
             .flatten()
@@ -1189,19 +1198,21 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
             });
         if let Some(name) = stale {
             return Err(Error::Config(format!(
-                "{}: holds bench results ({name}) but no bench_config.json, so their \
-                 settings cannot be checked; use another --out, or delete the folder \
-                 to start over",
+                "{}: holds bench results ({name}) but no recorded settings (run.toml), \
+                 so their settings cannot be checked; use another --out, or delete the \
+                 folder to start over",
                 dir.display()
             )));
         }
-        return write_record(path, cfg);
+        return Ok(out.write_settings(&recorded()?)?);
     }
-    let recorded: BenchConfig = read_record(path)?;
+    let (had, path) = out
+        .read_settings::<BenchConfig>()
+        .map_err(|e| Error::Config(e.to_string()))?;
     // Where the models run is not what the bench computes: it resumes under
     // another `train.device` (`--set train.device="cuda"`).
     let ignore = ["seeds", "train.device"];
-    if let Some(d) = wmrl_run::first_difference_except(&recorded, cfg, "", &ignore) {
+    if let Some(d) = wmrl_run::first_difference_except(&had, cfg, "", &ignore) {
         return Err(Error::Config(format!(
             "{}: this bench was started with other settings (recorded against now: {d}); \
              use another --out, or delete the folder to start over",
@@ -1209,8 +1220,8 @@ fn check_settings(path: &Path, cfg: &BenchConfig) -> Result<()> {
         )));
     }
     // Only the ignored keys can differ here: the record follows them.
-    if recorded != *cfg {
-        write_record(path, cfg)?;
+    if had != *cfg {
+        out.write_settings(&recorded()?)?;
     }
     Ok(())
 }
@@ -1340,18 +1351,33 @@ mod config_tests {
     #[test]
     fn a_bench_resumes_on_another_device_or_seed_count_and_refuses_other_settings() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("bench_config.json");
+        let out = RunDir::new(dir.path());
         let cfg = BenchConfig::default();
-        check_settings(&path, &cfg).expect("fresh");
+        check_settings(&out, &cfg).expect("fresh");
         let mut moved = cfg.clone();
         moved.train.device = wmrl_run::DeviceChoice::Cuda;
         moved.seeds = 5;
-        check_settings(&path, &moved).expect("another device and seed count");
-        let recorded: BenchConfig = read_record(&path).expect("recorded");
+        check_settings(&out, &moved).expect("another device and seed count");
+        let (recorded, path) = out.read_settings::<BenchConfig>().expect("recorded");
         assert_eq!(recorded, moved, "the record follows the resumed bench");
+        assert_eq!(path, out.settings());
         let mut other = moved.clone();
         other.train.steps += 1;
-        let e = check_settings(&path, &other).expect_err("other steps");
+        let e = check_settings(&out, &other).expect_err("other steps");
         assert!(e.to_string().contains("train.steps"), "{e}");
+        // A bench an older wmrl started (bench_config.json, layout 0)
+        // resumes, and its settings move to run.toml when they change.
+        let old = serde_json::to_value(&moved).expect("json");
+        std::fs::remove_file(out.settings()).expect("rm");
+        let legacy = dir.path().join("bench_config.json");
+        std::fs::write(&legacy, old.to_string()).expect("write");
+        check_settings(&out, &moved).expect("an older bench resumes");
+        assert!(
+            legacy.exists() && !out.settings().exists(),
+            "unchanged: left as is"
+        );
+        moved.seeds = 6;
+        check_settings(&out, &moved).expect("more seeds");
+        assert!(!legacy.exists() && out.settings().exists());
     }
 }

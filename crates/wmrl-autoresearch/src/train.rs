@@ -72,7 +72,7 @@ pub struct TrainConfig {
     /// (`core.refit`, off by default) among them.
     pub core: CoreConfig,
     /// Where the solution policy trains (`wmrl autoresearch train
-    /// --device`): `cpu` (the default, left out of config.json), `cuda` or
+    /// --device`): `cpu` (the default, left out of run.toml), `cuda` or
     /// `auto` (candle's CUDA backend in a build with the `cuda` feature;
     /// the CPU otherwise, with one log line). Where, not what: a run may
     /// resume on another device. The outcome predictor is scored through
@@ -154,8 +154,9 @@ impl Default for TrainConfig {
     }
 }
 
-/// The layouts of a run's recorded settings (config.json, and `train` in a
-/// bench's bench_config.json):
+/// The layouts of a run's recorded settings (run.toml; config.json,
+/// [`wmrl_run::Versioned::LEGACY_FILE`], before every kind of run recorded
+/// its settings in run.toml; and `train` in a bench's settings):
 /// - 0, before the key: the curve's competitions and the accounting were
 ///   left out where they were the old defaults (`heldout`, `sandbox`), and
 ///   the predictor refit was `refit_predictor_every = N` (ungated, refitted
@@ -165,6 +166,7 @@ impl Default for TrainConfig {
 /// - 1: every key written.
 impl wmrl_run::Versioned for TrainConfig {
     const FORMAT: u32 = 1;
+    const LEGACY_FILE: Option<&'static str> = Some("config.json");
     fn migrate(from: u32, doc: &mut JsonMap) -> std::result::Result<(), String> {
         if from == 0 {
             migrate_train_from_0(doc)?;
@@ -218,8 +220,9 @@ impl TrainConfig {
     /// (`extends`, `sets` as `section.key=value`, unknown keys refused),
     /// laid over these defaults key by key (a table given in part keeps the
     /// track's small-scale `[core]`, the curve on the training
-    /// competitions); or a run's recorded `config.json` (a `.json` file,
-    /// read as strictly); no file: the defaults with `sets` applied.
+    /// competitions); or a run's recorded settings (its run.toml, in their
+    /// recorded layout; or an older wmrl's `config.json`, read as
+    /// strictly); no file: the defaults with `sets` applied.
     pub fn load(path: Option<&std::path::Path>, sets: &[String]) -> Result<Self> {
         wmrl_run::load_over_defaults(path, sets).map_err(|e| Error::Config(e.to_string()))
     }
@@ -1083,7 +1086,7 @@ pub fn train_with_refit(
         policy: Policy::new_on(
             cfg.policy.clone(),
             seed,
-            &wmrl_grpo::candle_device(cfg.device, "the AutoResearch policy"),
+            &wmrl_device::candle_device(cfg.device, "the AutoResearch policy"),
         )?,
         rng: seeded(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 1),
         train_comps,
@@ -1096,16 +1099,13 @@ pub fn train_with_refit(
     if let Some(d) = run_dir {
         // The record files: emptied for a fresh run (refits.jsonl created
         // when the arm refits), cut back to the checkpoint's on resume.
-        let settings = crate::rundir::record_text(&d.config_json(), cfg)?;
+        let settings = wmrl_run::Recorded::of(cfg)
+            .map_err(|e| Error::Config(format!("{}: {e}", d.settings().display())))?;
         let empty = [d.metrics(), d.eval()]
             .into_iter()
             .chain(refits.then(|| d.refits()))
             .collect::<Vec<_>>();
-        d.prepare(
-            &opened,
-            Some((&d.config_json(), settings.as_bytes())),
-            &empty,
-        )?;
+        d.prepare(&opened, Some(&settings), &empty)?;
     }
     let resumed = opened.is_resumed();
     let mut run = match opened {
@@ -1307,7 +1307,7 @@ mod tests {
         let cpu = serde_json::to_value(TrainConfig::default()).expect("json");
         assert!(
             cpu.get("device").is_none(),
-            "the default stays out of config.json"
+            "the default stays out of run.toml"
         );
         let c = TrainConfig::load(None, &["device=\"cuda\"".into()]).expect("cuda");
         assert_eq!(c.device, DeviceChoice::Cuda);
@@ -1340,7 +1340,7 @@ mod tests {
         assert_eq!(p.core.weight, small_scale_core().weight);
         let err = TrainConfig::load(Some(&shipped), &["policy.lrr=1".into()]).expect_err("unknown");
         assert!(err.to_string().contains("lrr"), "{err}");
-        // A run's recorded config.json reads back as strictly.
+        // An older wmrl's recorded config.json reads back as strictly.
         let tmp = tempfile::tempdir().expect("tmp");
         let j = tmp.path().join("config.json");
         std::fs::write(&j, serde_json::to_string(&c).expect("json")).expect("write");

@@ -43,10 +43,10 @@ fn refit_designs_compared_on_a_bench_s_anchor_groups() {
         return;
     };
     let out = std::path::PathBuf::from(out);
-    let cfg: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("bench_config.json")).unwrap())
-            .unwrap();
-    let pcfg: PredictorConfig = serde_json::from_value(cfg["predictor"].clone()).unwrap();
+    let (cfg, _) = wmrl_run::RunDir::new(&out)
+        .read_settings::<wmrl_autoresearch::bench::BenchConfig>()
+        .unwrap();
+    let pcfg: PredictorConfig = cfg.predictor.clone();
     let every = 4u64;
     let holdout_steps = 4u64;
     let data: Vec<Example> = std::fs::read_to_string(out.join("predictor_train.jsonl"))

@@ -87,9 +87,12 @@ fn each_arm_runs_end_to_end_and_spends_what_it_should() {
         );
         // The records carry their layout (`format`) beside the fields.
         assert_eq!(read(run.summary()), wmrl_run::format::to_json(&r).unwrap());
-        assert_eq!(
-            read(run.config_json()),
-            wmrl_run::format::to_json(&cfg).unwrap()
+        let (recorded, at) = run.read_settings::<TrainConfig>().unwrap();
+        assert_eq!((recorded, at), (cfg.clone(), run.settings()));
+        assert!(
+            std::fs::read_to_string(run.settings())
+                .unwrap()
+                .starts_with("format = 1\n")
         );
         assert_eq!(
             read(run.diagnostics())["steps"].as_array().map(Vec::len),
@@ -279,11 +282,9 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         .find(|r| r.name() == "wmrl_long")
         .unwrap();
     assert_eq!((long.arm, long.steps.len()), (Arm::Wmrl, 2));
-    let recorded: TrainConfig = wmrl_run::format::from_json(
-        &std::fs::read_to_string(out.join("wmrl_long/seed0/config.json")).unwrap(),
-        wmrl_run::Absent::Recorded,
-    )
-    .unwrap();
+    let (recorded, _): (TrainConfig, _) = wmrl_run::RunDir::new(out.join("wmrl_long/seed0"))
+        .read_settings()
+        .unwrap();
     assert_eq!(
         (recorded.steps, recorded.variant.as_deref()),
         (2, Some("wmrl_long"))
@@ -380,9 +381,10 @@ fn a_restarted_bench_reads_its_finished_runs_back_and_refuses_other_settings() {
         .to_string();
     assert!(err.contains("per_competition"), "{err}");
     // Results without recorded settings are not resumed.
-    std::fs::remove_file(out.join("bench_config.json")).unwrap();
+    std::fs::remove_file(out.join("run.toml")).unwrap();
     let err = run_bench(&cfg, &suite, &ex, &out).unwrap_err().to_string();
-    assert!(err.contains("no bench_config.json"), "{err}");
+    assert!(err.contains("no recorded settings"), "{err}");
+    // An older wmrl's record of them (bench_config.json) is read.
     std::fs::write(
         out.join("bench_config.json"),
         serde_json::to_string(&cfg).unwrap(),
@@ -869,12 +871,13 @@ fn committed_autoresearch_benches_read_and_report_unchanged() {
     let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
     let (mut benches, mut runs, mut whole) = (0, 0, Vec::new());
     for e in std::fs::read_dir(&results).unwrap().flatten() {
-        let cfg = e.path().join("bench_config.json");
-        if !cfg.exists() {
+        let Some(cfg) = wmrl_run::RunDir::new(e.path()).recorded_settings::<BenchConfig>() else {
             continue;
-        }
+        };
         benches += 1;
-        let b: BenchConfig = read(&cfg);
+        let (b, _) = wmrl_run::RunDir::new(e.path())
+            .read_settings::<BenchConfig>()
+            .unwrap_or_else(|e| panic!("{}: {e}", cfg.display()));
         let sandbox = b.train.accounting == Accounting::Sandbox;
         let arms = b
             .arms()
@@ -892,7 +895,9 @@ fn committed_autoresearch_benches_read_and_report_unchanged() {
                     continue;
                 }
                 runs += 1;
-                let t: TrainConfig = read(&run.join("config.json"));
+                let (t, _) = wmrl_run::RunDir::new(&run)
+                    .read_settings::<TrainConfig>()
+                    .unwrap_or_else(|e| panic!("{}: {e}", run.display()));
                 let r: TrainReport = read(&run.join("summary.json"));
                 assert_eq!(t.accounting, b.train.accounting, "{}", run.display());
                 assert_eq!(r.accounting, t.accounting, "{}", run.display());

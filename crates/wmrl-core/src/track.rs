@@ -31,8 +31,8 @@ pub trait Track: Sized {
     /// done, the method's state, the ledger): its sampler, its logs, the
     /// world model it refitted...
     type State: Serialize + DeserializeOwned;
-    /// The run's settings, as its run directory records them (the robot
-    /// track's config.toml, AutoResearch's config.json).
+    /// The run's settings, as its run directory records them (run.toml,
+    /// for both tracks).
     type Config: Serialize;
 
     /// The settings this run was made with.

@@ -13,11 +13,9 @@
 //! Each track computes its own log-probabilities (a VLA's action tokens, a
 //! categorical solution policy's slots) and hands them here.
 
-mod device;
 mod objective;
 mod optim;
 
-pub use device::{candle_device, cuda_device};
 pub use objective::{GrpoStats, Objective, ObjectiveInputs, objective};
 pub use optim::{AdamW, Gradients, OptimConfig, StepStats};
 

@@ -42,10 +42,24 @@ pub struct SftConfig {
     /// Train on failed demonstrations too.
     pub include_failures: bool,
     /// Where the model trains (`wmrl sft --device`): `cpu` (the default,
-    /// left out of sft.json), `cuda` or `auto`. Where, not what: a run may
+    /// left out of run.toml), `cuda` or `auto`. Where, not what: a run may
     /// resume on another device.
     #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
+}
+
+/// The layouts of an SFT run's recorded settings: one so far (run.toml;
+/// sft.json, [`wmrl_run::Versioned::LEGACY_FILE`], before every kind of
+/// run recorded its settings in run.toml).
+impl wmrl_run::Versioned for SftConfig {
+    const FORMAT: u32 = 0;
+    const LEGACY_FILE: Option<&'static str> = Some("sft.json");
+    fn migrate(
+        _: u32,
+        _: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 impl Default for SftConfig {
@@ -338,7 +352,7 @@ fn batch_indices(seed: u64, step: usize, n: usize, b: usize) -> Vec<usize> {
 }
 
 /// Train `model` in place, checkpointing into `out`: the trained policy's
-/// files, `sft.json`, `metrics.jsonl`, and `checkpoint/` (the parameters,
+/// files, `run.toml` (the [`SftConfig`]), `metrics.jsonl`, and `checkpoint/` (the parameters,
 /// `optimizer.safetensors` and `train_state.json`, written whole: a fresh
 /// directory renamed into place, so a run stopped at any moment keeps one
 /// consistent checkpoint). With `resume` and a resumable `out`, the
@@ -357,13 +371,15 @@ pub fn train_sft(
     }
     let mut opt = PolicyOptimizer::over(&model.vars(), cfg.optim.clone(), &[])?;
     let mut start = 0;
-    let metrics_path = wmrl_run::RunDir::new(out).metrics();
-    let settings = out.join("sft.json");
+    let files = wmrl_run::RunDir::new(out);
+    let metrics_path = files.metrics();
     if resume && can_resume(out) {
         // The same settings bar what may change between starts (the step
         // count, and with it the schedule's length, as `--steps` sets both;
         // the device), or the run is refused naming the first difference.
-        let mut recorded: SftConfig = read_json(&settings)?;
+        let (mut recorded, _): (SftConfig, _) = files
+            .read_settings()
+            .map_err(|e| PolicyError::Config(e.to_string()))?;
         recorded.steps = cfg.steps;
         recorded.optim.total_steps = cfg.optim.total_steps;
         recorded.device = cfg.device;
@@ -387,12 +403,15 @@ pub fn train_sft(
     } else {
         wmrl_run::cut_back(&metrics_path, 0).map_err(|e| io_err(&metrics_path, e))?;
     }
-    write_json(&settings, cfg)?;
+    let settings = wmrl_run::Recorded::of(cfg)
+        .map_err(|e| PolicyError::Config(format!("{}: {e}", files.settings().display())))?;
+    files
+        .write_settings(&settings)
+        .map_err(|e| io_err(&files.settings(), e.message))?;
     let bar = wmrl_run::Progress::new("sft", cfg.steps as u64, "steps", progress);
     bar.set_position(start as u64);
     let t0 = Instant::now();
     let (mut ema_loss, mut ema_acc) = (f64::NAN, f64::NAN);
-    let files = wmrl_run::RunDir::new(out);
     let save = |step: usize, opt: &PolicyOptimizer| -> Result<()> {
         let metrics_len = Some(wmrl_run::len_of(&metrics_path));
         files.write_checkpoint(|ck| -> Result<()> {

@@ -998,7 +998,7 @@ fn sft_settings_record_a_device_other_than_the_cpu() {
     let cpu = serde_json::to_value(SftConfig::default()).expect("json");
     assert!(
         cpu.get("device").is_none(),
-        "the default stays out of sft.json"
+        "the default stays out of run.toml"
     );
     let cuda = SftConfig {
         device: wmrl_run::DeviceChoice::Cuda,

@@ -134,7 +134,7 @@ fn origin(path: Option<&Path>, sets: &[String]) -> String {
 
 /// A run's recorded `.json` settings at `p`, parsed by `parse`; `--set`
 /// is refused (what was recorded is what was run).
-fn read_recorded_json<T>(
+pub(crate) fn read_recorded_json<T>(
     p: &Path,
     sets: &[String],
     parse: impl FnOnce(&str) -> Result<T, String>,
@@ -152,7 +152,7 @@ fn read_recorded_json<T>(
     parse(&text).map_err(err)
 }
 
-fn is_json(p: &Path) -> bool {
+pub(crate) fn is_json(p: &Path) -> bool {
     p.extension().is_some_and(|e| e == "json")
 }
 

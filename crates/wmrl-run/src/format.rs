@@ -25,6 +25,13 @@ pub trait Versioned {
     /// The layout this wmrl writes.
     const FORMAT: u32;
 
+    /// For a run's settings type: the name an older wmrl gave the file
+    /// that records them, before every run directory recorded its settings
+    /// in `run.toml` ([`crate::RunDir::settings`]). It is read when
+    /// `run.toml` is not there, through [`Versioned::migrate`] like any
+    /// older layout, and removed when `run.toml` is written; never written.
+    const LEGACY_FILE: Option<&'static str> = None;
+
     /// Bring `doc`, recorded at layout `from` (below [`Self::FORMAT`]; 0
     /// for a record without the key), to the current layout, in place. An
     /// older record that cannot be expressed in the current layout is an

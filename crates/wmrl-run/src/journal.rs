@@ -124,12 +124,13 @@ impl RunDir {
     /// everything the run needs is loaded. A fresh run: the directory
     /// created, every record file emptied and those in `empty` created.
     /// A resumed run: each record file cut back to the checkpoint's mark,
-    /// so what was written after it is written once. `settings` (a file
-    /// and its text), when given, is written atomically in both cases.
+    /// so what was written after it is written once. `settings`, when
+    /// given, is written to `run.toml` in both cases
+    /// ([`RunDir::write_settings`]).
     pub fn prepare<S>(
         &self,
         opened: &Opened<S>,
-        settings: Option<(&std::path::Path, &[u8])>,
+        settings: Option<&crate::rundir::Recorded>,
         empty: &[std::path::PathBuf],
     ) -> Result<(), RecordError> {
         std::fs::create_dir_all(&self.dir).map_err(|e| RecordError {
@@ -146,7 +147,7 @@ impl RunDir {
             }
         }
         match settings {
-            Some((path, text)) => atomic_write(path, text),
+            Some(s) => self.write_settings(s),
             None => Ok(()),
         }
     }
@@ -266,11 +267,8 @@ mod tests {
         assert!(e.message.contains("no checkpoint to resume"), "{e}");
         assert!(!run.dir.exists(), "opening writes nothing");
         let fresh = Opened::<u8>::Fresh;
-        let settings = run.config_json();
-        run.prepare(&fresh, Some((&settings, b"{}")), &[run.eval()])
-            .unwrap();
+        run.prepare(&fresh, None, &[run.eval()]).unwrap();
         assert_eq!(std::fs::read(run.eval()).unwrap(), b"");
-        assert_eq!(std::fs::read(&settings).unwrap(), b"{}");
         std::fs::write(run.metrics(), "1\n").unwrap();
         let core = CorrectionLoop::new(Default::default(), wmrl_core::Arm::Sparse, 0).unwrap();
         let saved = Saved {

@@ -11,8 +11,9 @@
 //!   records and whole checkpoints with one state layout ([`Saved`]);
 //! - [`records`]: JSONL record files (append, read, cut back to a
 //!   checkpoint's length) and atomic writes;
-//! - [`rundir`]: the run directory both tracks write, and where a bench
-//!   keeps each run (`<out>/<arm>/seed<k>/`);
+//! - [`rundir`]: the run directory every kind of run writes, its one
+//!   settings file (`run.toml`), and where a bench keeps each run
+//!   (`<out>/<arm>/seed<k>/`);
 //! - [`clock`]: the wall and process-CPU time every ledger records;
 //! - [`progress`]: progress of long work, a bar on a terminal and plain
 //!   lines in a log;
@@ -40,4 +41,4 @@ pub use format::{Absent, Versioned};
 pub use journal::{Opened, Resume, RunJournal, Saved};
 pub use progress::Progress;
 pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};
-pub use rundir::RunDir;
+pub use rundir::{Recorded, RunDir, SETTINGS_FILE};

@@ -3,7 +3,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `config.toml` / `config.json` | the run's resolved settings (robot / AutoResearch) |
+//! | `run.toml` | the run's resolved settings, `format = N` first, for every kind of run ([`RunDir::settings`]) |
 //! | `metrics.jsonl` | one line per training step |
 //! | `eval.jsonl` | one line per evaluation |
 //! | `calibration.jsonl` | the isotonic map at each evaluation (robot) |
@@ -15,9 +15,36 @@
 
 use std::path::{Path, PathBuf};
 
+use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::records::{Marks, RecordError, cut_back, len_of};
+use crate::config::{ConfigError, is_json, load_versioned, read_recorded_json};
+use crate::format::{Absent, Versioned};
+use crate::records::{Marks, RecordError, atomic_write, cut_back, len_of};
+
+/// The name of a run directory's recorded settings ([`RunDir::settings`]).
+pub const SETTINGS_FILE: &str = "run.toml";
+
+/// A run's settings as they are recorded: `run.toml`'s text (`format = N`
+/// first), and the name an older wmrl gave the file
+/// ([`Versioned::LEGACY_FILE`]), which writing `run.toml` removes so that a
+/// directory holds one settings file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub text: String,
+    legacy: Option<&'static str>,
+}
+
+impl Recorded {
+    /// `t` as its run.toml; fails only on a value TOML cannot hold (a
+    /// path that is not UTF-8), and says so.
+    pub fn of<T: Versioned + Serialize>(t: &T) -> Result<Self, String> {
+        Ok(Self {
+            text: crate::format::to_toml(t)?,
+            legacy: T::LEGACY_FILE,
+        })
+    }
+}
 
 fn err(path: &Path, message: impl std::fmt::Display) -> RecordError {
     RecordError {
@@ -40,11 +67,11 @@ impl RunDir {
     pub fn in_bench(out: &Path, arm: &str, seed: u64) -> Self {
         Self::new(out.join(arm).join(format!("seed{seed}")))
     }
-    pub fn config_toml(&self) -> PathBuf {
-        self.dir.join("config.toml")
-    }
-    pub fn config_json(&self) -> PathBuf {
-        self.dir.join("config.json")
+    /// `run.toml`: the run's settings, the one file every kind of run
+    /// records them in (robot and AutoResearch training, SFT, world-model
+    /// training, an AutoResearch bench's own settings).
+    pub fn settings(&self) -> PathBuf {
+        self.dir.join(SETTINGS_FILE)
     }
     pub fn metrics(&self) -> PathBuf {
         self.dir.join("metrics.jsonl")
@@ -73,6 +100,48 @@ impl RunDir {
     /// The last checkpoint's state: `checkpoint/state.json`.
     pub fn state(&self) -> PathBuf {
         self.checkpoint().join("state.json")
+    }
+
+    /// The file that holds this directory's recorded settings of type
+    /// `T`: `run.toml`, or in a directory an older wmrl wrote, the name it
+    /// gave them then ([`Versioned::LEGACY_FILE`]); `None` when neither is
+    /// there.
+    pub fn recorded_settings<T: Versioned>(&self) -> Option<PathBuf> {
+        std::iter::once(self.settings())
+            .chain(T::LEGACY_FILE.map(|f| self.dir.join(f)))
+            .find(|p| p.is_file())
+    }
+
+    /// This directory's recorded settings, migrated from their layout (a
+    /// file without `format` is layout 0) and parsed strictly, with the
+    /// file they came from.
+    pub fn read_settings<T: Versioned + DeserializeOwned>(
+        &self,
+    ) -> Result<(T, PathBuf), ConfigError> {
+        let path = self.recorded_settings::<T>().ok_or_else(|| ConfigError {
+            path: self.dir.display().to_string(),
+            message: format!("holds no recorded settings ({SETTINGS_FILE})"),
+        })?;
+        let t = if is_json(&path) {
+            read_recorded_json(&path, &[], |t| {
+                crate::format::from_json(t, Absent::Recorded)
+            })?
+        } else {
+            load_versioned(&path, &[], Absent::Recorded)?.0
+        };
+        Ok((t, path))
+    }
+
+    /// Write `settings` to `run.toml` atomically, then remove the file an
+    /// older wmrl recorded them in, if it is there.
+    pub fn write_settings(&self, settings: &Recorded) -> Result<(), RecordError> {
+        atomic_write(&self.settings(), settings.text.as_bytes())?;
+        if let Some(old) = settings.legacy.map(|f| self.dir.join(f))
+            && old.is_file()
+        {
+            std::fs::remove_file(&old).map_err(|e| err(&old, e))?;
+        }
+        Ok(())
     }
 
     /// A run that checkpointed and did not finish: one to resume.
@@ -148,6 +217,52 @@ impl RunDir {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Settings {
+        steps: usize,
+    }
+
+    impl Versioned for Settings {
+        const FORMAT: u32 = 1;
+        const LEGACY_FILE: Option<&'static str> = Some("old_config.json");
+        fn migrate(
+            _: u32,
+            doc: &mut serde_json::Map<String, serde_json::Value>,
+        ) -> Result<(), String> {
+            if let Some(n) = doc.remove("n_steps") {
+                doc.insert("steps".into(), n);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn settings_live_in_run_toml_and_an_older_name_is_read_then_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::new(tmp.path());
+        let e = run.read_settings::<Settings>().unwrap_err();
+        assert!(e.message.contains("no recorded settings (run.toml)"), "{e}");
+        // An older wmrl's file (layout 0, its old key) reads through the
+        // migration; nothing is written by reading.
+        let old = tmp.path().join("old_config.json");
+        std::fs::write(&old, r#"{"n_steps": 3}"#).unwrap();
+        let (s, from) = run.read_settings::<Settings>().unwrap();
+        assert_eq!((s.steps, from), (3, old.clone()));
+        assert!(!run.settings().exists());
+        // Writing records run.toml, format first, and removes the old file.
+        let rec = Recorded::of(&Settings { steps: 4 }).unwrap();
+        assert_eq!(rec.text, "format = 1\nsteps = 4\n");
+        run.write_settings(&rec).unwrap();
+        assert!(!old.exists(), "one settings file a directory");
+        let (s, from) = run.read_settings::<Settings>().unwrap();
+        assert_eq!((s.steps, from), (4, run.settings()));
+        // A broken run.toml is an error naming it, not a fall-back.
+        std::fs::write(run.settings(), "steps = ").unwrap();
+        let e = run.read_settings::<Settings>().unwrap_err();
+        assert!(e.path.ends_with("run.toml"), "{e}");
+    }
 
     #[test]
     fn checkpoints_replace_whole_and_records_cut_back_to_their_marks() {

@@ -422,7 +422,7 @@ pub enum LabelSource {
     Human,
 }
 
-/// The label source of a robot run (`[labels]`; absent from config.toml
+/// The label source of a robot run (`[labels]`; absent from run.toml
 /// while it is the default, so runs made before it read and compare as
 /// they did).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -545,7 +545,9 @@ pub(crate) fn is_zero(x: &usize) -> bool {
     *x == 0
 }
 
-/// The layouts of a run's recorded config.toml:
+/// The layouts of a run's recorded settings (run.toml; config.toml,
+/// [`wmrl_run::Versioned::LEGACY_FILE`], before every kind of run recorded
+/// its settings in run.toml):
 /// - 0, before the key: `[update.loss]` could carry `temperature`, which
 ///   had to equal `rollout.temperature` (the loss scores tokens at the
 ///   temperature they were sampled at). It is dropped where it does, and
@@ -553,6 +555,7 @@ pub(crate) fn is_zero(x: &usize) -> bool {
 /// - 1: `format = 1` first, every key written.
 impl wmrl_run::Versioned for TrainConfig {
     const FORMAT: u32 = 1;
+    const LEGACY_FILE: Option<&'static str> = Some("config.toml");
     fn migrate(
         from: u32,
         doc: &mut serde_json::Map<String, serde_json::Value>,
@@ -618,14 +621,22 @@ impl TrainConfig {
         Ok(cfg)
     }
 
-    /// A run directory's recorded config.toml, migrated from its layout
-    /// (none: format 0, see [`TrainConfig`]'s [`wmrl_run::Versioned`]),
-    /// validated.
-    pub fn load_recorded(path: &Path) -> Result<Self> {
-        let (cfg, _): (Self, String) =
-            wmrl_run::load_versioned(path, &[], wmrl_run::Absent::Recorded)?;
+    /// A run directory's recorded settings (run.toml, or an older wmrl's
+    /// config.toml), migrated from their layout (none: format 0, see
+    /// [`TrainConfig`]'s [`wmrl_run::Versioned`]), validated; with the file
+    /// they came from.
+    pub fn recorded_in(run: &wmrl_run::RunDir) -> Result<(Self, std::path::PathBuf)> {
+        let (cfg, path): (Self, _) = run.read_settings()?;
         cfg.validate()?;
-        Ok(cfg)
+        Ok((cfg, path))
+    }
+
+    /// The config as a run directory records it (run.toml).
+    pub fn recorded(&self) -> Result<wmrl_run::Recorded> {
+        wmrl_run::Recorded::of(self).map_err(|e| TrainError::Config {
+            path: "config".into(),
+            message: format!("cannot be written as TOML: {e}"),
+        })
     }
 
     pub fn load(path: &Path) -> Result<Self> {
@@ -647,7 +658,7 @@ impl TrainConfig {
         wmrl_run::first_difference(self, other, "")
     }
 
-    /// The config as TOML (what a run directory's config.toml holds). It
+    /// The config as TOML (what a run directory's run.toml holds). It
     /// fails only on a value TOML cannot hold (e.g. a path that is not
     /// UTF-8), and then says so instead of writing a file that would read
     /// back as something else.
@@ -901,21 +912,22 @@ mod tests {
         .expect_err("not a key of today's layout");
         assert!(err.to_string().contains("temperature"), "{err}");
         let dir = tempfile::tempdir().expect("tempdir");
+        let run = wmrl_run::RunDir::new(dir.path());
         let recorded = dir.path().join("config.toml");
         let old = text
             .replacen("format = 1\n", "", 1)
             .replace("[update.loss]\n", "[update.loss]\ntemperature = 0.5\n");
         std::fs::write(&recorded, &old).expect("write");
         assert_eq!(
-            TrainConfig::load_recorded(&recorded).expect("format 0"),
-            one
+            TrainConfig::recorded_in(&run).expect("format 0"),
+            (one.clone(), recorded.clone())
         );
         std::fs::write(
             &recorded,
             old.replace("temperature = 0.5\nclip", "temperature = 1.0\nclip"),
         )
         .expect("write");
-        let err = TrainConfig::load_recorded(&recorded).expect_err("temperature mismatch");
+        let err = TrainConfig::recorded_in(&run).expect_err("temperature mismatch");
         assert!(err.to_string().contains("update.loss.temperature"), "{err}");
         TrainConfig::from_toml("[update]\nminibatch = 0\n", "t.toml").expect("whole batch");
         let err = TrainConfig::from_toml("[update]\ninner_epochs = 0\n", "t.toml").expect_err("0");

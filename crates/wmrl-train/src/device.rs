@@ -1,5 +1,5 @@
 //! Where a run's models go: `--device cpu|cuda|auto`, recorded as a run's
-//! `device` (config.toml) and passed to what loads a model as a
+//! `device` (run.toml) and passed to what loads a model as a
 //! [`Placement`], as candle passes a `&Device`. The policy runs
 //! on candle's CUDA backend (a build with the `cuda` feature), the world
 //! model on ONNX Runtime's CUDA execution provider (a CUDA build of the
@@ -49,7 +49,7 @@ impl Placement {
             choice,
             ..Self::cpu()
         };
-        match wmrl_grpo::cuda_device() {
+        match wmrl_device::cuda_device() {
             Ok(d) => p.policy = d,
             Err(why) => p.fallbacks.push(("policy", why)),
         }

@@ -173,12 +173,13 @@ impl Trainer {
         let files = RunDir::new(dir);
         let opened = files.open::<RobotState>(wmrl_run::Resume::Never, |_| None)?;
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
-        let toml = cfg.to_toml()?;
+        let recorded = cfg.recorded()?;
         // People's labels left by a run that stopped before its first
         // checkpoint belong to these rollouts only if the settings are the
         // same (same ids, same rollouts); otherwise they would be misread.
         if dir.join(crate::labels::DIR).exists()
-            && std::fs::read_to_string(files.config_toml()).ok().as_deref() != Some(&toml)
+            && TrainConfig::recorded_in(&files)
+                .map_or(true, |(had, _)| had.first_difference(&cfg).is_some())
         {
             return Err(TrainError::RunDir {
                 path: dir.display().to_string(),
@@ -190,20 +191,20 @@ impl Trainer {
         // Everything is loaded before the run directory is touched.
         let track = RobotTrack::open(cfg, files, &placement, learner, None, 0)?;
         let files = &track.files;
-        files.prepare(&opened, Some((&files.config_toml(), toml.as_bytes())), &[])?;
+        files.prepare(&opened, Some(&recorded), &[])?;
         Ok(Self {
             run: Run::new(track, core),
         })
     }
 
     /// Continue the run in `dir` from its last checkpoint, on the device
-    /// its config.toml records.
+    /// its run.toml records.
     pub fn resume(dir: &Path) -> Result<Self> {
         Self::resume_on(dir, None)
     }
 
     /// [`Trainer::resume`] on `device` instead of the recorded one (where
-    /// the models run, not what the run computes: config.toml keeps its
+    /// the models run, not what the run computes: run.toml keeps its
     /// record).
     pub fn resume_on(dir: &Path, device: Option<wmrl_run::DeviceChoice>) -> Result<Self> {
         Self::resume_with(dir, device, &PolicyKinds::builtin())
@@ -216,11 +217,11 @@ impl Trainer {
         kinds: &PolicyKinds,
     ) -> Result<Self> {
         let files = RunDir::new(dir);
-        let mut cfg = TrainConfig::load_recorded(&files.config_toml())?;
+        let (mut cfg, recorded_at) = TrainConfig::recorded_in(&files)?;
         if let Some(d) = device {
             cfg.device = d;
         }
-        // config.toml is the one source of truth: a checkpoint whose method
+        // run.toml is the one source of truth: a checkpoint whose method
         // state was made under other settings (an edited file) is refused
         // rather than continued with a mix of both.
         let state = files.resume::<RobotState>(|state| {
@@ -234,7 +235,8 @@ impl Trainer {
                 wmrl_run::first_difference(state.core.config(), &cfg.wmrl, "wmrl")
             };
             d.map(|d| format!(
-                "differs from the settings the checkpoint was made with (checkpoint against config.toml: {d}); restore it or start a new run"
+                "differs from the settings the checkpoint was made with (checkpoint against {}: {d}); restore it or start a new run",
+                recorded_at.display()
             ))
         })?;
         let placement = Placement::select(cfg.device);
@@ -988,7 +990,7 @@ pub fn export_policy_with(
     let files = RunDir {
         dir: dir.to_path_buf(),
     };
-    let cfg = TrainConfig::load_recorded(&files.config_toml())?;
+    let (cfg, _) = TrainConfig::recorded_in(&files)?;
     let ck = files.checkpoint();
     let state: Saved<RobotState> = files.read_saved("export")?;
     if std::fs::read_dir(out).is_ok_and(|mut d| d.next().is_some()) {

@@ -156,17 +156,23 @@ impl std::fmt::Debug for WmRefit {
     }
 }
 
-/// The directory of the candle weights (`model.safetensors` and
-/// `train_config.json`, as `wmrl wm train` writes them) beside an ONNX
+/// The directory of the candle weights (`model.safetensors` and the
+/// training settings, as `wmrl wm train` writes them) beside an ONNX
 /// model, or the error that says what is missing.
 pub fn weights_dir(onnx: &Path) -> Result<PathBuf> {
     let dir = onnx
         .parent()
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let missing: Vec<&str> = [train::WEIGHTS_FILE, train::CONFIG_FILE]
-        .into_iter()
-        .filter(|f| !dir.join(f).is_file())
-        .collect();
+    let settings = wmrl_run::RunDir::new(&dir)
+        .recorded_settings::<train::TrainConfig>()
+        .is_some();
+    let missing: Vec<&str> = [
+        (!dir.join(train::WEIGHTS_FILE).is_file()).then_some(train::WEIGHTS_FILE),
+        (!settings).then_some(wmrl_run::SETTINGS_FILE),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     if missing.is_empty() {
         return Ok(dir);
     }
@@ -206,13 +212,7 @@ impl WmRefit {
         steps_done: usize,
     ) -> Result<Self> {
         let incumbent = weights_dir(model)?;
-        let cfg_path = incumbent.join(train::CONFIG_FILE);
-        let text = std::fs::read_to_string(&cfg_path).map_err(crate::error::io_err(&cfg_path))?;
-        let tc: train::TrainConfig =
-            serde_json::from_str(&text).map_err(|e| TrainError::Config {
-                path: cfg_path.display().to_string(),
-                message: e.to_string(),
-            })?;
+        let (tc, _): (train::TrainConfig, _) = wmrl_run::RunDir::new(&incumbent).read_settings()?;
         let cap = setup.fit.max_rollouts + setup.holdout_groups * setup.group_size;
         let mut me = Self {
             run_dir: run_dir.to_path_buf(),

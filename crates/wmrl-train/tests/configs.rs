@@ -160,30 +160,42 @@ fn the_device_is_recorded_when_not_the_cpu_and_refused_when_unknown() {
     assert!(err.to_string().contains("gpu"), "{err}");
 }
 
-/// Every committed run directory's config.toml reads through today's
-/// config, migrated from its layout (`wmrl_run::format`; the oldest carry
-/// `update.loss.temperature`), and writes back as today's layout that
-/// reads to the same settings.
+/// Every committed robot run directory's recorded settings (run.toml, or
+/// config.toml as older wmrl wrote them) read through today's config,
+/// migrated from their layout (`wmrl_run::format`; the oldest carry
+/// `update.loss.temperature`), and write back as today's layout that reads
+/// to the same settings.
 #[test]
 fn committed_run_configs_read_through_their_migration() {
     fn walk(dir: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
         for e in std::fs::read_dir(dir).expect("dir").flatten() {
             let p = e.path();
+            if p.is_dir() && p.file_name().is_some_and(|n| n == "checkpoint") {
+                continue;
+            }
             if p.is_dir() {
+                let run = wmrl_run::RunDir::new(&p);
+                if run.recorded_settings::<TrainConfig>().is_some() {
+                    found.push(p.clone());
+                }
                 walk(&p, found);
-            } else if p.file_name().is_some_and(|n| n == "config.toml") {
-                found.push(p);
             }
         }
     }
     let results = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
     let mut found = Vec::new();
-    walk(&results, &mut found);
+    for e in std::fs::read_dir(&results).expect("results").flatten() {
+        // AutoResearch's run directories hold that track's settings.
+        if !e.file_name().to_string_lossy().starts_with("autoresearch") {
+            walk(&e.path(), &mut found);
+        }
+    }
     let mut old = 0;
-    for p in &found {
-        let text = std::fs::read_to_string(p).expect("read");
+    for dir in &found {
+        let (cfg, p) = TrainConfig::recorded_in(&wmrl_run::RunDir::new(dir))
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let text = std::fs::read_to_string(&p).expect("read");
         old += usize::from(!text.starts_with("format = "));
-        let cfg = TrainConfig::load_recorded(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         let now = cfg.to_toml().expect("toml");
         assert!(now.starts_with("format = 1\n"), "{}", p.display());
         let back = TrainConfig::from_toml(&now, "rewritten").expect("reads back");

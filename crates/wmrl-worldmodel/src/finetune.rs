@@ -119,7 +119,7 @@ pub fn from_outcome(instruction: &str, frames: Vec<Frame>, success: bool) -> Opt
 }
 
 /// Fine-tune a copy of the model saved in `dir` ([`crate::train::save`]:
-/// `model.safetensors` + `train_config.json`) on the newest
+/// `model.safetensors` + `run.toml`) on the newest
 /// `cfg.max_rollouts` of `eps` (oldest first), seeded. The copy is
 /// returned; `dir` is only read.
 pub fn fine_tune(

@@ -46,9 +46,23 @@ pub struct TrainConfig {
     pub eval_every: usize,
     pub seed: u64,
     /// Where the network trains (`wmrl wm train --device`): `cpu` (the
-    /// default, left out of train_config.json), `cuda` or `auto`.
+    /// default, left out of run.toml), `cuda` or `auto`.
     #[serde(skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
+}
+
+/// The layouts of a model directory's recorded training settings: one so
+/// far (run.toml; train_config.json, [`wmrl_run::Versioned::LEGACY_FILE`],
+/// before every kind of run recorded its settings in run.toml).
+impl wmrl_run::Versioned for TrainConfig {
+    const FORMAT: u32 = 0;
+    const LEGACY_FILE: Option<&'static str> = Some("train_config.json");
+    fn migrate(
+        _: u32,
+        _: &mut serde_json::Map<String, serde_json::Value>,
+    ) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 impl Default for TrainConfig {
@@ -374,9 +388,9 @@ pub fn train(
     })
 }
 
-/// File names inside a model directory.
+/// File names inside a model directory (its training settings are the
+/// directory's run.toml, [`wmrl_run::RunDir::settings`]).
 pub const WEIGHTS_FILE: &str = "model.safetensors";
-pub const CONFIG_FILE: &str = "train_config.json";
 pub const SPLIT_FILE: &str = "split.json";
 pub const ONNX_FILE: &str = "model.onnx";
 
@@ -388,7 +402,7 @@ pub struct SplitRecord {
     pub history: Vec<TrainRecord>,
 }
 
-/// Save weights, config and split into `dir`.
+/// Save weights, config (run.toml) and split into `dir`.
 pub fn save(dir: &Path, trained: &Trained, split: &SplitRecord) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
     trained.varmap.save(dir.join(WEIGHTS_FILE))?;
@@ -396,16 +410,20 @@ pub fn save(dir: &Path, trained: &Trained, split: &SplitRecord) -> Result<()> {
         let p = dir.join(name);
         std::fs::write(&p, v.json()?).map_err(|e| io_err(&p, e))
     };
-    write_json(CONFIG_FILE, &trained.config)?;
+    let run = wmrl_run::RunDir::new(dir);
+    let settings = wmrl_run::Recorded::of(&trained.config)
+        .map_err(|e| WmError::Config(format!("{}: {e}", run.settings().display())))?;
+    run.write_settings(&settings)
+        .map_err(|e| io_err(&run.settings(), e.message))?;
     write_json(SPLIT_FILE, split)?;
     Ok(())
 }
 
 /// Load a saved model directory back into a candle network.
 pub fn load(dir: &Path) -> Result<(ProgressNet, VarMap, TrainConfig)> {
-    let p = dir.join(CONFIG_FILE);
-    let text = std::fs::read_to_string(&p).map_err(|e| io_err(&p, e))?;
-    let cfg: TrainConfig = serde_json::from_str(&text).map_err(|e| io_err(&p, e))?;
+    let (cfg, _): (TrainConfig, _) = wmrl_run::RunDir::new(dir)
+        .read_settings()
+        .map_err(|e| WmError::Config(e.to_string()))?;
     let mut varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     let net = ProgressNet::new(cfg.net.clone(), vb)?;

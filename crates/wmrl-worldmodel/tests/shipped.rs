@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The shipped progress models read back under today's settings types,
-//! which refuse unknown keys: every recorded train_config.json still parses
+//! which refuse unknown keys: every recorded training settings file (an
+//! older wmrl's train_config.json, or run.toml) still parses
 //! and builds its network over the saved weights.
 
 #[test]

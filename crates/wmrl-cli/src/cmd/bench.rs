@@ -83,7 +83,7 @@ pub struct Args {
 /// bench's and the arm's `--set`s, the arm, the seed and every flag applied,
 /// then validated. For a fresh run the parent writes it into the run
 /// directory and the child reads only that; a resumed run must still match
-/// it (its config.toml and checkpoint are the run's). `arm = None` is the
+/// it (its run.toml and checkpoint are the run's). `arm = None` is the
 /// bench's single zero-step evaluation of the shared start.
 fn resolved(
     args: &Args,
@@ -137,7 +137,7 @@ struct Job<'a> {
     steps: u64,
 }
 
-/// Resolve a run's job, refusing to resume a run whose config.toml no
+/// Resolve a run's job, refusing to resume a run whose run.toml no
 /// longer matches what this bench's file and flags resolve to.
 fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<Job<'a>> {
     let cfg = resolved(args, arm, seed)?;
@@ -150,8 +150,7 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
             fresh: Some(cfg),
         });
     }
-    let path = run.config_toml();
-    let mut have = wmrl_train::TrainConfig::load_recorded(&path)?;
+    let (mut have, path) = wmrl_train::TrainConfig::recorded_in(&run)?;
     // Where the models run is not what the run computes: a run resumes on
     // this bench's --device.
     have.device = cfg.device;
@@ -188,9 +187,12 @@ fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
                 std::fs::remove_dir_all(dir)
                     .with_context(|| format!("clearing {}", dir.display()))?;
             }
-            let config = run.config_toml();
-            wmrl_run::atomic_write(&config, cfg.to_toml()?.as_bytes())?;
-            cmd.arg("--config").arg(&config).arg("--out").arg(dir);
+            std::fs::create_dir_all(dir)?;
+            run.write_settings(&cfg.recorded()?)?;
+            cmd.arg("--config")
+                .arg(run.settings())
+                .arg("--out")
+                .arg(dir);
         }
     }
     std::fs::create_dir_all(&args.out)?;
@@ -422,7 +424,7 @@ mod tests {
         assert_eq!((start.steps, start.eval.at_start), (0, true));
         // What the parent writes is what the child reads.
         let dir = tempfile::tempdir().expect("tmp");
-        let p = dir.path().join("config.toml");
+        let p = dir.path().join("run.toml");
         std::fs::write(&p, c.to_toml().expect("toml")).expect("write");
         assert_eq!(wmrl_train::TrainConfig::load(&p).expect("read back"), c);
     }
@@ -437,12 +439,21 @@ mod tests {
         std::fs::create_dir_all(run.checkpoint()).expect("dirs");
         std::fs::write(run.state(), "{}").expect("state");
         let cfg = resolved(&a, Some(&arms[0]), 1).expect("resolve");
-        std::fs::write(run.config_toml(), cfg.to_toml().expect("toml")).expect("config");
+        std::fs::write(run.settings(), cfg.to_toml().expect("toml")).expect("config");
         let j = job(&a, Some(&arms[0]), 1).expect("same settings resume");
         assert!(
             j.fresh.is_none(),
             "an interrupted run is resumed, not restarted"
         );
+        // A run an older wmrl started (config.toml, layout 0: no `format`)
+        // resumes the same.
+        let old = cfg.to_toml().expect("toml").replacen("format = 1\n", "", 1);
+        std::fs::remove_file(run.settings()).expect("rm");
+        std::fs::write(run.dir.join("config.toml"), old).expect("config");
+        let j = job(&a, Some(&arms[0]), 1).expect("an older run's settings resume");
+        assert!(j.fresh.is_none());
+        std::fs::remove_file(run.dir.join("config.toml")).expect("rm");
+        std::fs::write(run.settings(), cfg.to_toml().expect("toml")).expect("config");
         let b = args(&["--out", &out, "--set", "rollout.n_groups=4"]).expect("parse");
         let Err(err) = job(&b, Some(&arms[0]), 1) else {
             panic!("other settings than the run's are refused");

@@ -259,7 +259,10 @@ fn sft_stages(
     if let Some(s) = args.sft_steps {
         sft_args.extend(["--steps".into(), s.to_string()]);
     }
-    let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists() && sft.join("sft.json").exists();
+    let sft_done = sft.join(wmrl_policy::CONFIG_FILE).exists()
+        && wmrl_run::RunDir::new(sft.to_path_buf())
+            .recorded_settings::<wmrl_policy::SftConfig>()
+            .is_some();
     timings.push(("sft", stage("sft", sft_done, &sft_args)?));
 
     Ok(())

@@ -28,7 +28,7 @@ pub struct Args {
     /// `--set policy.image_size=64` (repeatable; the value is TOML).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Run directory: checkpoints, metrics.jsonl, sft.json.
+    /// Run directory: the policy, checkpoints, metrics.jsonl, run.toml.
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Use at most this many (successful) episodes, in file order.
@@ -67,7 +67,7 @@ pub struct Args {
     pub minivla: Option<String>,
     /// Where the model trains: cpu, cuda (candle's CUDA backend, a build
     /// with `--features cuda`; the CPU with a warning otherwise) or auto.
-    /// Recorded as `device` in sft.json (`[sft] device` in the config file); overrides the config's.
+    /// Recorded as `device` in the run's run.toml (`[sft] device` in the config file); overrides the config's.
     #[arg(long)]
     pub device: Option<wmrl_run::DeviceChoice>,
 }
@@ -77,7 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(d) = args.device {
         rc.sft.device = d;
     }
-    let device = wmrl_grpo::candle_device(rc.sft.device, "the SFT model");
+    let device = wmrl_device::candle_device(rc.sft.device, "the SFT model");
     if args.check {
         return check(rc, &device);
     }

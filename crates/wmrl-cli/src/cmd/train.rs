@@ -109,7 +109,7 @@ pub fn train(args: &Args) -> anyhow::Result<RunSummary> {
         Some(dir) => {
             anyhow::ensure!(
                 args.steps.is_none() && args.arm.is_none() && args.seed.is_none(),
-                "a resumed run keeps its own config.toml: drop --steps/--arm/--seed"
+                "a resumed run keeps its own run.toml: drop --steps/--arm/--seed"
             );
             Trainer::resume_on(dir, args.device)?
         }

@@ -40,7 +40,8 @@ pub struct TrainArgs {
     pub out: PathBuf,
     /// Training settings: TOML through the loader every command uses
     /// (`extends`, unknown keys refused; fields not given keep their
-    /// defaults), or a model's recorded train_config.json.
+    /// defaults), or a model's recorded run.toml (or an older wmrl's
+    /// train_config.json).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Override any setting: `--set net.hidden=32` (repeatable; TOML value).
@@ -58,7 +59,7 @@ pub struct TrainArgs {
     pub val_fraction: Option<f64>,
     /// Where the network trains: cpu, cuda (candle's CUDA backend, a build
     /// with `--features cuda`; the CPU with a warning otherwise) or auto.
-    /// Recorded as `device` in train_config.json; overrides the config's.
+    /// Recorded as `device` in the model's run.toml; overrides the config's.
     #[arg(long)]
     pub device: Option<wmrl_run::DeviceChoice>,
 }
@@ -131,7 +132,7 @@ fn file_name(p: &Path) -> String {
 }
 
 fn run_train(a: TrainArgs) -> anyhow::Result<()> {
-    let mut cfg: TrainConfig = wmrl_run::load_optional(a.config.as_deref(), &a.set)?;
+    let mut cfg: TrainConfig = wmrl_run::load_over_defaults(a.config.as_deref(), &a.set)?;
     if let Some(v) = a.steps {
         cfg.steps = v;
     }
@@ -150,7 +151,7 @@ fn run_train(a: TrainArgs) -> anyhow::Result<()> {
     if let Some(d) = a.device {
         cfg.device = d;
     }
-    let device = wmrl_grpo::candle_device(cfg.device, "the progress network");
+    let device = wmrl_device::candle_device(cfg.device, "the progress network");
     let t0 = Instant::now();
     let eps = train::load_dir(&a.rollouts, &cfg)?;
     let n_success = eps.iter().filter(|e| e.success).count();

@@ -111,8 +111,8 @@ impl LabelServer {
     /// The server of the run in `run_dir`, which must be a run with
     /// `labels.source = "human"`.
     pub fn open(run_dir: &Path, token: Option<String>, lease: Duration) -> anyhow::Result<Self> {
-        let cfg_path = wmrl_run::RunDir::new(run_dir).config_toml();
-        let cfg = crate::TrainConfig::load_recorded(&cfg_path).map_err(|e| {
+        let (cfg, cfg_path) = crate::TrainConfig::recorded_in(&wmrl_run::RunDir::new(run_dir))
+            .map_err(|e| {
             anyhow::anyhow!(
                 "{}: not a wmrl train run directory ({e}); start the run first (`wmrl train --config ... --set labels.source=\"human\" --out DIR`)",
                 run_dir.display()

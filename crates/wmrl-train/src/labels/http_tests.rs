@@ -34,8 +34,8 @@ fn item(id: &str, step: usize) -> QueueItem {
 /// A human-label run directory with `ids` queued (frames on disk).
 fn run_dir(dir: &Path, ids: &[&str]) -> LabelStore {
     std::fs::write(
-        dir.join("config.toml"),
-        "steps = 3\n[labels]\nsource = \"human\"\n",
+        dir.join("run.toml"),
+        "format = 1\nsteps = 3\n[labels]\nsource = \"human\"\n",
     )
     .expect("config");
     let st = LabelStore::new(dir);
@@ -261,6 +261,7 @@ fn unsure_sends_a_rollout_to_the_back_of_the_queue() {
 #[test]
 fn a_run_reading_the_simulator_is_refused() {
     let tmp = tempfile::tempdir().expect("tmp");
+    // An older wmrl's run directory: config.toml, layout 0.
     std::fs::write(tmp.path().join("config.toml"), "steps = 3\n").expect("config");
     let e = LabelServer::open(tmp.path(), None, Duration::from_secs(1))
         .err()

@@ -1,9 +1,12 @@
-//! The candle device a `--device` choice names, for both tracks: the
-//! robot track's placement (`wmrl_train::Placement`), `wmrl sft`, `wmrl wm
-//! train` and the AutoResearch policy all resolve it here.
+//! The candle device a `--device` choice ([`DeviceChoice`], recorded in
+//! a run's settings by wmrl-run) names, beside the models that run on it:
+//! the robot track's placement (`wmrl_train::Placement`, for the policy and
+//! its KL reference), `wmrl sft`, `wmrl wm train` (the progress network)
+//! and the AutoResearch solution policy all resolve it here. The policy
+//! update (wmrl-grpo) runs on whatever device its tensors are on.
 
 use candle_core::Device;
-use wmrl_run::DeviceChoice;
+pub use wmrl_run::DeviceChoice;
 
 /// The first CUDA device for candle, or why there is none: this build has
 /// no candle CUDA backend (the `cuda` feature), or candle finds no GPU or

@@ -593,6 +593,13 @@ impl BenchConfig {
     }
 }
 
+/// A bench resumes with more or fewer seeds, or under another
+/// `train.device` (where the models run is not what the bench computes:
+/// `--set train.device="cuda"`).
+impl wmrl_run::RunSettings for BenchConfig {
+    const MAY_CHANGE: &'static [&'static str] = &["seeds", "train.device"];
+}
+
 /// The layouts of a bench's recorded settings (its run.toml; an older
 /// wmrl's bench_config.json, [`wmrl_run::Versioned::LEGACY_FILE`]): its
 /// `train` table follows
@@ -1183,7 +1190,10 @@ fn check_settings(out: &RunDir, cfg: &BenchConfig) -> Result<()> {
         wmrl_run::Recorded::of(cfg)
             .map_err(|e| Error::Config(format!("{}: {e}", out.settings().display())))
     };
-    if out.recorded_settings::<BenchConfig>().is_none() {
+    let Some(had) = out
+        .against_recorded(cfg)
+        .map_err(|e| Error::Config(e.to_string()))?
+    else {
         // Results without recorded settings (a folder of an older wmrl, or
         // of something else) cannot be checked, so they are not resumed.
         let dir = &out.dir;
@@ -1205,22 +1215,16 @@ fn check_settings(out: &RunDir, cfg: &BenchConfig) -> Result<()> {
             )));
         }
         return Ok(out.write_settings(&recorded()?)?);
-    }
-    let (had, path) = out
-        .read_settings::<BenchConfig>()
-        .map_err(|e| Error::Config(e.to_string()))?;
-    // Where the models run is not what the bench computes: it resumes under
-    // another `train.device` (`--set train.device="cuda"`).
-    let ignore = ["seeds", "train.device"];
-    if let Some(d) = wmrl_run::first_difference_except(&had, cfg, "", &ignore) {
+    };
+    if let Some(d) = had.differs {
         return Err(Error::Config(format!(
             "{}: this bench was started with other settings (recorded against now: {d}); \
              use another --out, or delete the folder to start over",
-            path.display(),
+            had.path.display(),
         )));
     }
-    // Only the ignored keys can differ here: the record follows them.
-    if had != *cfg {
+    // Only the keys that may change can differ here: the record follows them.
+    if had.recorded != *cfg {
         out.write_settings(&recorded()?)?;
     }
     Ok(())

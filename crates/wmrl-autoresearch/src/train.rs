@@ -154,6 +154,12 @@ impl Default for TrainConfig {
     }
 }
 
+/// A run continues when started again with more steps, or on another
+/// device.
+impl wmrl_run::RunSettings for TrainConfig {
+    const MAY_CHANGE: &'static [&'static str] = &["steps", "device"];
+}
+
 /// The layouts of a run's recorded settings (run.toml; config.json,
 /// [`wmrl_run::Versioned::LEGACY_FILE`], before every kind of run recorded
 /// its settings in run.toml; and `train` in a bench's settings):
@@ -1234,7 +1240,7 @@ fn open_run(
                 ar_name(arm)
             ))
         } else {
-            wmrl_run::first_difference_except(&ck.track.config, cfg, "", &["steps", "device"])
+            wmrl_run::differs(&ck.track.config, cfg)
         };
         differs.map(|d| {
             format!(

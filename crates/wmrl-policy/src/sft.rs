@@ -48,6 +48,12 @@ pub struct SftConfig {
     pub device: DeviceChoice,
 }
 
+/// A resumed SFT run may be given more steps (`--steps` sets the schedule's
+/// length with them) and another device.
+impl wmrl_run::RunSettings for SftConfig {
+    const MAY_CHANGE: &'static [&'static str] = &["steps", "optim.total_steps", "device"];
+}
+
 /// The layouts of an SFT run's recorded settings: one so far (run.toml;
 /// sft.json, [`wmrl_run::Versioned::LEGACY_FILE`], before every kind of
 /// run recorded its settings in run.toml).
@@ -377,13 +383,16 @@ pub fn train_sft(
         // The same settings bar what may change between starts (the step
         // count, and with it the schedule's length, as `--steps` sets both;
         // the device), or the run is refused naming the first difference.
-        let (mut recorded, _): (SftConfig, _) = files
-            .read_settings()
-            .map_err(|e| PolicyError::Config(e.to_string()))?;
-        recorded.steps = cfg.steps;
-        recorded.optim.total_steps = cfg.optim.total_steps;
-        recorded.device = cfg.device;
-        if let Some(d) = wmrl_run::first_difference(&recorded, cfg, "sft") {
+        let had = files
+            .against_recorded(cfg)
+            .map_err(|e| PolicyError::Config(e.to_string()))?
+            .ok_or_else(|| {
+                PolicyError::Config(format!(
+                    "{}: an SFT checkpoint without recorded settings (run.toml)",
+                    out.display()
+                ))
+            })?;
+        if let Some(d) = had.differs {
             return Err(PolicyError::Config(format!(
                 "{}: an SFT run of other settings (recorded against now: {d}); resume it with \
                  its own settings or pick another --out",

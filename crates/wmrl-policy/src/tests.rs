@@ -798,10 +798,7 @@ fn sft_learns_the_toy_task_resumes_and_eval_reports_it() {
         data: &data,
     };
     let e = train_sft(&sft, &other, out.path(), true, false).expect_err("other settings");
-    assert!(
-        e.to_string().contains("sft.batch_size: 16 against 8"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("batch_size: 16 against 8"), "{e}");
     let r2 = train_sft(&sft, &scfg, out.path(), true, false).expect("resume");
     assert_eq!(r2.start_step, 40);
     assert!(ck.join("train_state.json").exists());

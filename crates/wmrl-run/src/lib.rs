@@ -41,4 +41,4 @@ pub use format::{Absent, Versioned};
 pub use journal::{Opened, Resume, RunJournal, Saved};
 pub use progress::Progress;
 pub use records::{Marks, RecordError, append, atomic_write, cut_back, len_of, read_all};
-pub use rundir::{Recorded, RunDir, SETTINGS_FILE};
+pub use rundir::{Against, Recorded, RunDir, RunSettings, SETTINGS_FILE, differs};

@@ -25,6 +25,35 @@ use crate::records::{Marks, RecordError, atomic_write, cut_back, len_of};
 /// The name of a run directory's recorded settings ([`RunDir::settings`]).
 pub const SETTINGS_FILE: &str = "run.toml";
 
+/// A run's settings type: recorded in run.toml, with the keys a later start
+/// of the same run may change. Every kind of run compares its settings
+/// through [`differs`] (and [`RunDir::against_recorded`]), so what may
+/// change is declared once, beside the type.
+pub trait RunSettings: Versioned + Serialize + DeserializeOwned {
+    /// Dotted keys that may differ between starts of one run: where the
+    /// models run (`device`: not what the run computes), and how long it
+    /// runs where a run may be extended (`steps`).
+    const MAY_CHANGE: &'static [&'static str];
+}
+
+/// The first key outside `T::MAY_CHANGE` whose value differs between the
+/// settings a run was started with and `now`, as `key: then against now`;
+/// `None` when they agree.
+pub fn differs<T: RunSettings>(then: &T, now: &T) -> Option<String> {
+    crate::config::first_difference_except(then, now, "", T::MAY_CHANGE)
+}
+
+/// A run directory's recorded settings against the ones a new start gives
+/// it ([`RunDir::against_recorded`]).
+#[derive(Debug)]
+pub struct Against<T> {
+    pub recorded: T,
+    /// The file they were read from (run.toml, or an older wmrl's name).
+    pub path: PathBuf,
+    /// The first difference outside [`RunSettings::MAY_CHANGE`] ([`differs`]).
+    pub differs: Option<String>,
+}
+
 /// A run's settings as they are recorded: `run.toml`'s text (`format = N`
 /// first), and the name an older wmrl gave the file
 /// ([`Versioned::LEGACY_FILE`]), which writing `run.toml` removes so that a
@@ -132,6 +161,24 @@ impl RunDir {
         Ok((t, path))
     }
 
+    /// This directory's recorded settings against `now` ([`differs`]);
+    /// `None` when it records none.
+    pub fn against_recorded<T: RunSettings>(
+        &self,
+        now: &T,
+    ) -> Result<Option<Against<T>>, ConfigError> {
+        if self.recorded_settings::<T>().is_none() {
+            return Ok(None);
+        }
+        let (recorded, path) = self.read_settings::<T>()?;
+        let differs = differs(&recorded, now);
+        Ok(Some(Against {
+            recorded,
+            path,
+            differs,
+        }))
+    }
+
     /// Write `settings` to `run.toml` atomically, then remove the file an
     /// older wmrl recorded them in, if it is there.
     pub fn write_settings(&self, settings: &Recorded) -> Result<(), RecordError> {
@@ -222,6 +269,55 @@ mod tests {
     #[serde(deny_unknown_fields)]
     struct Settings {
         steps: usize,
+    }
+
+    impl RunSettings for Settings {
+        const MAY_CHANGE: &'static [&'static str] = &["device"];
+    }
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Placed {
+        steps: usize,
+        device: String,
+    }
+
+    impl Versioned for Placed {
+        const FORMAT: u32 = 0;
+        fn migrate(
+            _: u32,
+            _: &mut serde_json::Map<String, serde_json::Value>,
+        ) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    impl RunSettings for Placed {
+        const MAY_CHANGE: &'static [&'static str] = &["device"];
+    }
+
+    #[test]
+    fn a_later_start_may_change_what_its_type_declares_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let run = RunDir::new(tmp.path());
+        let cpu = Placed {
+            steps: 3,
+            device: "cpu".into(),
+        };
+        assert!(
+            run.against_recorded(&cpu).unwrap().is_none(),
+            "nothing recorded"
+        );
+        run.write_settings(&Recorded::of(&cpu).unwrap()).unwrap();
+        let gpu = Placed {
+            device: "cuda".into(),
+            ..cpu
+        };
+        let a = run.against_recorded(&gpu).unwrap().unwrap();
+        assert_eq!((a.differs, a.recorded.device.as_str()), (None, "cpu"));
+        let longer = Placed { steps: 4, ..gpu };
+        let a = run.against_recorded(&longer).unwrap().unwrap();
+        assert_eq!(a.differs.as_deref(), Some("steps: 3 against 4"));
+        assert_eq!(a.path, run.settings());
     }
 
     impl Versioned for Settings {

@@ -545,6 +545,12 @@ pub(crate) fn is_zero(x: &usize) -> bool {
     *x == 0
 }
 
+/// A resumed run may move to another device (where the models run is not
+/// what the run computes); its steps, arm and seed are its own.
+impl wmrl_run::RunSettings for TrainConfig {
+    const MAY_CHANGE: &'static [&'static str] = &["device"];
+}
+
 /// The layouts of a run's recorded settings (run.toml; config.toml,
 /// [`wmrl_run::Versioned::LEGACY_FILE`], before every kind of run recorded
 /// its settings in run.toml):

@@ -150,22 +150,26 @@ fn job<'a>(args: &Args, arm: Option<&'a BenchArm>, seed: u64) -> anyhow::Result<
             fresh: Some(cfg),
         });
     }
-    let (mut have, path) = wmrl_train::TrainConfig::recorded_in(&run)?;
-    // Where the models run is not what the run computes: a run resumes on
-    // this bench's --device.
-    have.device = cfg.device;
-    if let Some(d) = have.first_difference(&cfg) {
+    // A run resumes on this bench's --device (`TrainConfig`'s
+    // `RunSettings::MAY_CHANGE`); everything else must be what it was.
+    let had = run.against_recorded(&cfg)?.with_context(|| {
+        format!(
+            "{}: a checkpoint without recorded settings (run.toml)",
+            run.dir.display()
+        )
+    })?;
+    if let Some(d) = had.differs {
         anyhow::bail!(
             "{} was started with other settings than this bench now gives it ({} against now: {d}); rerun with the bench's original file and flags, or another --out",
             run.dir.display(),
-            path.display()
+            had.path.display()
         );
     }
     Ok(Job {
         arm,
         seed,
         fresh: None,
-        steps: have.steps as u64,
+        steps: had.recorded.steps as u64,
     })
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use wmrl_policy::candle::DType;
 use wmrl_policy::{ActionPolicy, Learner, TinyLearner};
 
+use crate::sft::{SftDone, SftRequest};
 use crate::{Placement, Result, TrainConfig, TrainError};
 
 /// How an evaluation wants its actor: where and in which precision it
@@ -40,6 +41,20 @@ pub trait PolicyKind: Send + Sync {
     /// The run's start (`cfg.policy`) as a learner on `placement`, with
     /// the run's update settings.
     fn load_learner(&self, cfg: &TrainConfig, placement: &Placement) -> Result<Box<dyn Learner>>;
+    /// Behaviour cloning (`wmrl sft --policy-type NAME`): a network of
+    /// this kind trained on demonstrations into `req.out`, fresh or
+    /// resumed ([`wmrl_policy::train_sft`] over the kind's
+    /// [`wmrl_policy::SftModel`]). A kind without one says so.
+    fn sft(&self, req: SftRequest<'_>) -> Result<SftDone> {
+        let _ = req;
+        Err(config_err(
+            "policy_type",
+            format!(
+                "the `{}` policy kind has no SFT (`wmrl sft`); train its checkpoint elsewhere",
+                self.name()
+            ),
+        ))
+    }
 }
 
 /// The policy kinds a program knows, by name.
@@ -201,6 +216,9 @@ impl PolicyKind for Tiny {
             &cfg.update.trainable,
         )?))
     }
+    fn sft(&self, req: SftRequest<'_>) -> Result<SftDone> {
+        crate::sft::tiny(req)
+    }
 }
 
 /// MiniVLA (wmrl-minivla): LoRA adapters (`[minivla]`) trained on the
@@ -257,6 +275,9 @@ impl PolicyKind for MiniVla {
         )
         .map_err(minivla_err(path))?;
         Ok(Box::new(learner))
+    }
+    fn sft(&self, req: SftRequest<'_>) -> Result<SftDone> {
+        crate::sft::minivla(req)
     }
 }
 

@@ -250,4 +250,24 @@ fn a_toy_policy_kind_trains_resumes_and_exports_through_the_registry() {
         wmrl_train::export_policy_with(&whole, &out, wmrl_run::DeviceChoice::Cpu, &kinds).unwrap();
     assert_eq!((kind, step), ("toy", 2));
     assert_eq!(kinds.resolve(&out, None).unwrap().name(), "toy");
+    // A kind that brings no SFT of its own is refused by `wmrl sft`, by
+    // name, before anything is read or written.
+    let sft_out = tmp.path().join("sft");
+    let err = kinds
+        .get("toy")
+        .unwrap()
+        .sft(wmrl_train::SftRequest {
+            demos: &tmp.path().join("no-demos"),
+            out: &sft_out,
+            run: wmrl_policy::RunConfig::load(None, None).unwrap(),
+            preset: None,
+            init: None,
+            resume: false,
+            max_episodes: None,
+            device: &wmrl_policy::candle::Device::Cpu,
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the `toy` policy kind has no SFT"), "{err}");
+    assert!(!sft_out.exists());
 }

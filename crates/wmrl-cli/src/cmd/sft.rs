@@ -1,5 +1,7 @@
 //! `wmrl sft`: behaviour cloning of a policy preset on `wmrl demos` episodes,
-//! or (`--minivla small`) of a whole MiniVLA built fresh in `--out`.
+//! or (`--minivla small`) of a whole MiniVLA built fresh in `--out`: the
+//! flags read here, the training done by the policy kind
+//! (`wmrl_train::PolicyKind::sft`).
 //! `--check` instead builds the preset and times one forward pass (how the
 //! `minivla` preset is exercised without a long test).
 
@@ -7,9 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use wmrl_minivla::{MiniVlaConfig, MiniVlaSft};
 use wmrl_policy::candle::{DType, Device};
-use wmrl_policy::{Policy, PolicyInput, RunConfig, SftConfig, SftDataset, SftModel, SftReport};
+use wmrl_policy::{Policy, PolicyInput, RunConfig, SftConfig, SftReport};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -65,6 +66,10 @@ pub struct Args {
     /// --steps, --batch-size, --lr, --seed, --resume apply.
     #[arg(long, value_name = "PRESET", conflicts_with_all = ["preset", "init", "check"])]
     pub minivla: Option<String>,
+    /// The policy kind to train (`tiny`, the default, or `minivla`; the
+    /// kinds `wmrl train` loads by `policy_type`, docs/policy.md).
+    #[arg(long, value_name = "NAME")]
+    pub policy_type: Option<String>,
     /// Where the model trains: cpu, cuda (candle's CUDA backend, a build
     /// with `--features cuda`; the CPU with a warning otherwise) or auto.
     /// Recorded as `device` in the run's run.toml (`[sft] device` in the config file); overrides the config's.
@@ -97,75 +102,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rc.sft.seed = seed;
     }
     let resume = args.resume && wmrl_policy::can_resume(&out);
-    if let Some(preset) = &args.minivla {
-        let (report, params) = minivla_sft(
-            preset,
-            &demos,
-            &out,
-            &rc.sft,
+    // The kind trains; this command only reads the flags. `--minivla P`
+    // is `--policy-type minivla` with MiniVLA's preset P.
+    let kind = match (&args.minivla, &args.policy_type) {
+        (Some(_), Some(t)) if t != "minivla" => {
+            anyhow::bail!("--minivla trains the `minivla` kind, not `{t}`")
+        }
+        (Some(_), _) => "minivla",
+        (None, Some(t)) => t.as_str(),
+        (None, None) => "tiny",
+    };
+    let done = wmrl_train::PolicyKinds::builtin()
+        .get(kind)?
+        .sft(wmrl_train::SftRequest {
+            demos: &demos,
+            out: &out,
+            run: rc,
+            preset: args.minivla.as_deref(),
+            init: args.init.as_deref(),
             resume,
-            args.max_episodes,
-            &device,
-        )?;
-        return write_report(&demos, &out, &rc.sft, &report, params);
-    }
-    let init = match &args.init {
-        Some(p) if !resume => Some(
-            Policy::load_on(p, &device, DType::F32)
-                .with_context(|| format!("loading --init {}", p.display()))?,
-        ),
-        _ => None,
-    };
-    if resume {
-        // The network must be the one the run started with.
-        rc.policy = Policy::load(&out)?.config().clone();
-    } else if let Some(p) = &init {
-        rc.policy = p.config().clone();
-    } else {
-        let first = wmrl_env::list_episodes(&demos)?
-            .first()
-            .map(|p| wmrl_env::read_episode(p))
-            .transpose()?
-            .context("no episodes in --demos")?;
-        rc.policy.proprio_dim = first.steps.first().map(|s| s.proprio.len()).unwrap_or(0);
-        rc.policy.proprio_mean.clear();
-        rc.policy.proprio_std.clear();
-    }
-    let t_load = Instant::now();
-    let data = SftDataset::from_dir(
-        &rc.policy,
-        &demos,
-        args.max_episodes,
-        rc.sft.include_failures,
-    )
-    .with_context(|| format!("loading demos from {}", demos.display()))?;
-    tracing::info!(
-        episodes = data.n_episodes,
-        samples = data.len(),
-        secs = t_load.elapsed().as_secs_f64(),
-        "loaded demonstrations"
-    );
-    if !resume && init.is_none() {
-        let (mean, std) = data.proprio_stats(rc.policy.proprio_dim);
-        rc.policy.proprio_mean = mean;
-        rc.policy.proprio_std = std;
-    }
-    let policy = match init {
-        Some(p) => p,
-        None => Policy::new(rc.policy.clone(), &device, DType::F32)?,
-    };
-    tracing::info!(preset = %rc.policy.preset, params = policy.n_params(), "policy");
-    let report = wmrl_policy::train_sft(
-        &wmrl_policy::PolicySft {
-            policy: &policy,
-            data: &data,
-        },
-        &rc.sft,
-        &out,
-        args.resume,
-        true,
-    )?;
-    write_report(&demos, &out, &rc.sft, &report, policy.n_params())
+            max_episodes: args.max_episodes,
+            device: &device,
+        })?;
+    write_report(&demos, &out, &done.sft, &done.report, done.params)
 }
 
 /// `sft_report.json` in `out`, and the same line on stdout.
@@ -191,60 +150,6 @@ fn write_report(
     )?;
     println!("{summary}");
     Ok(())
-}
-
-/// `wmrl sft --minivla PRESET`: a fresh MiniVLA in `out` (unless resuming),
-/// trained whole on the demos. Returns the report and the parameter count.
-fn minivla_sft(
-    preset: &str,
-    demos: &Path,
-    out: &Path,
-    sft: &SftConfig,
-    resume: bool,
-    max_episodes: Option<usize>,
-    device: &Device,
-) -> anyhow::Result<(SftReport, usize)> {
-    let episodes = wmrl_env::list_episodes(demos)?;
-    if !resume {
-        let cfg = match preset {
-            "small" => MiniVlaConfig::small(),
-            other => anyhow::bail!("unknown MiniVLA preset `{other}` (small)"),
-        };
-        let mut instructions: Vec<String> = wmrl_sim::tasks()?
-            .into_iter()
-            .map(|t| t.instruction)
-            .collect();
-        for p in &episodes {
-            instructions.push(wmrl_env::read_episode(p)?.instruction);
-        }
-        let lower: Vec<String> = instructions.iter().map(|s| s.to_lowercase()).collect();
-        let mut words: Vec<&str> = lower.iter().flat_map(|s| s.split_whitespace()).collect();
-        words.sort_unstable();
-        words.dedup();
-        wmrl_minivla::stand_in::write_stand_in(out, &cfg, sft.seed, DType::F32, &words)
-            .with_context(|| format!("writing a fresh MiniVLA into {}", out.display()))?;
-    }
-    let mut model = MiniVlaSft::load(out, device)?;
-    for p in &episodes {
-        if max_episodes.is_some_and(|m| model.n_episodes() >= m) {
-            break;
-        }
-        let ep = wmrl_env::read_episode(p)?;
-        if ep.success || sft.include_failures {
-            model
-                .push_episode(&ep)
-                .with_context(|| format!("demo {}", p.display()))?;
-        }
-    }
-    anyhow::ensure!(
-        model.n_samples() > 0,
-        "no usable episodes in {}",
-        demos.display()
-    );
-    let params = model.model().n_params();
-    tracing::info!(preset, params, samples = model.n_samples(), "minivla");
-    let report = wmrl_policy::train_sft(&model, sft, out, resume, true)?;
-    Ok((report, params))
 }
 
 fn check(rc: RunConfig, device: &Device) -> anyhow::Result<()> {

@@ -3,7 +3,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `config.json` (`wmrl_run::RunDir::config_json`) | the run's [`crate::TrainConfig`] |
+//! | `run.toml` (`wmrl_run::RunDir::settings`) | the run's [`crate::TrainConfig`] |
 //! | `metrics.jsonl` | one [`crate::train::StepLog`] per training step |
 //! | `eval.jsonl` | one [`crate::train::EvalPoint`] per held-out evaluation |
 //! | `diagnostics.json` | the correction loop's records (`wmrl_core::Diagnostics`) |
@@ -25,8 +25,8 @@ pub(crate) fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T
     })
 }
 
-/// Read a record wmrl wrote (a run's config.json or summary.json, a
-/// bench's bench_config.json), migrated from its layout
+/// Read a JSON record wmrl wrote (a run's summary.json, a bench's
+/// bench.json), migrated from its layout
 /// ([`wmrl_run::format`]; none: format 0).
 pub(crate) fn read_record<T: serde::de::DeserializeOwned + wmrl_run::Versioned>(
     path: &Path,

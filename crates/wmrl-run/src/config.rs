@@ -188,7 +188,7 @@ pub fn load_optional<T: DeserializeOwned>(
 /// [`load`] for a recorded type ([`Versioned`]): the document, after its
 /// `extends` chain and before `sets`, is migrated from its `format`
 /// ([`crate::format::upgrade_toml`]); `absent` says what a document
-/// without the key is (a run's config.toml: [`Absent::Recorded`]; a
+/// without the key is (a run's recorded run.toml: [`Absent::Recorded`]; a
 /// person's `--config`: [`Absent::Current`]).
 pub fn load_versioned<T: DeserializeOwned + Versioned>(
     path: &Path,

@@ -74,7 +74,7 @@ pub fn upgrade<T: Versioned>(doc: &mut Map<String, Value>, absent: Absent) -> Re
     Ok(from)
 }
 
-/// [`upgrade`] for a TOML table (a run's config.toml, a `--config` file).
+/// [`upgrade`] for a TOML table (a run's run.toml, a `--config` file).
 pub fn upgrade_toml<T: Versioned>(doc: &mut toml::Table, absent: Absent) -> Result<u32, String> {
     if doc.get(KEY).is_none() && absent == Absent::Current {
         return Ok(T::FORMAT);

@@ -224,7 +224,7 @@ pub enum Sub {
 pub struct BenchArgs {
     /// Bench config (TOML: configs/autoresearch_bench.toml holds the
     /// defaults; `extends` supported, unknown keys refused), or a bench's
-    /// recorded bench_config.json. The flags below apply over it.
+    /// recorded run.toml. The flags below apply over it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Override any config key: `--set train.steps=8` (repeatable; the

@@ -1186,10 +1186,6 @@ pub const PLOT_FILE: &str = "score_vs_train_cpu.png";
 /// recorded there by an earlier start of the same bench (the seed count
 /// may grow or shrink).
 fn check_settings(out: &RunDir, cfg: &BenchConfig) -> Result<()> {
-    let recorded = || {
-        wmrl_run::Recorded::of(cfg)
-            .map_err(|e| Error::Config(format!("{}: {e}", out.settings().display())))
-    };
     let Some(had) = out
         .against_recorded(cfg)
         .map_err(|e| Error::Config(e.to_string()))?
@@ -1214,7 +1210,7 @@ fn check_settings(out: &RunDir, cfg: &BenchConfig) -> Result<()> {
                 dir.display()
             )));
         }
-        return Ok(out.write_settings(&recorded()?)?);
+        return Ok(out.write_settings(&out.recorded(cfg)?)?);
     };
     if let Some(d) = had.differs {
         return Err(Error::Config(format!(
@@ -1225,7 +1221,7 @@ fn check_settings(out: &RunDir, cfg: &BenchConfig) -> Result<()> {
     }
     // Only the keys that may change can differ here: the record follows them.
     if had.recorded != *cfg {
-        out.write_settings(&recorded()?)?;
+        out.write_settings(&out.recorded(cfg)?)?;
     }
     Ok(())
 }

@@ -121,9 +121,6 @@ impl Default for RewardConfig {
 /// recorded as a run's settings).
 impl wmrl_run::Versioned for RewardConfig {
     const FORMAT: u32 = 0;
-    fn migrate(_: u32, _: &mut serde_json::Map<String, serde_json::Value>) -> Result<(), String> {
-        Ok(())
-    }
 }
 
 impl RewardConfig {

@@ -1105,8 +1105,7 @@ pub fn train_with_refit(
     if let Some(d) = run_dir {
         // The record files: emptied for a fresh run (refits.jsonl created
         // when the arm refits), cut back to the checkpoint's on resume.
-        let settings = wmrl_run::Recorded::of(cfg)
-            .map_err(|e| Error::Config(format!("{}: {e}", d.settings().display())))?;
+        let settings = d.recorded(cfg)?;
         let empty = [d.metrics(), d.eval()]
             .into_iter()
             .chain(refits.then(|| d.refits()))

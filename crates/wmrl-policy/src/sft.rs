@@ -60,12 +60,6 @@ impl wmrl_run::RunSettings for SftConfig {
 impl wmrl_run::Versioned for SftConfig {
     const FORMAT: u32 = 0;
     const LEGACY_FILE: Option<&'static str> = Some("sft.json");
-    fn migrate(
-        _: u32,
-        _: &mut serde_json::Map<String, serde_json::Value>,
-    ) -> std::result::Result<(), String> {
-        Ok(())
-    }
 }
 
 impl Default for SftConfig {
@@ -412,11 +406,7 @@ pub fn train_sft(
     } else {
         wmrl_run::cut_back(&metrics_path, 0).map_err(|e| io_err(&metrics_path, e))?;
     }
-    let settings = wmrl_run::Recorded::of(cfg)
-        .map_err(|e| PolicyError::Config(format!("{}: {e}", files.settings().display())))?;
-    files
-        .write_settings(&settings)
-        .map_err(|e| io_err(&files.settings(), e.message))?;
+    files.write_settings(&files.recorded(cfg)?)?;
     let bar = wmrl_run::Progress::new("sft", cfg.steps as u64, "steps", progress);
     bar.set_position(start as u64);
     let t0 = Instant::now();

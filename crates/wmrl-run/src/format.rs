@@ -35,8 +35,12 @@ pub trait Versioned {
     /// Bring `doc`, recorded at layout `from` (below [`Self::FORMAT`]; 0
     /// for a record without the key), to the current layout, in place. An
     /// older record that cannot be expressed in the current layout is an
-    /// error that says so.
-    fn migrate(from: u32, doc: &mut Map<String, Value>) -> Result<(), String>;
+    /// error that says so. A type with one layout so far (`FORMAT = 0`) is
+    /// never migrated and keeps this default, which refuses.
+    fn migrate(from: u32, doc: &mut Map<String, Value>) -> Result<(), String> {
+        let _ = doc;
+        Err(format!("no migration from layout {KEY} = {from}"))
+    }
 }
 
 /// What a document without a `format` key is.

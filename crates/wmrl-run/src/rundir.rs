@@ -54,24 +54,23 @@ pub struct Against<T> {
     pub differs: Option<String>,
 }
 
-/// A run's settings as they are recorded: `run.toml`'s text (`format = N`
-/// first), and the name an older wmrl gave the file
-/// ([`Versioned::LEGACY_FILE`]), which writing `run.toml` removes so that a
-/// directory holds one settings file.
+/// A run's settings as they are recorded ([`RunDir::recorded`]):
+/// `run.toml`'s text (`format = N` first), and the name an older wmrl gave
+/// the file ([`Versioned::LEGACY_FILE`]), which writing `run.toml` removes
+/// so that a directory holds one settings file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     pub text: String,
     legacy: Option<&'static str>,
 }
 
-impl Recorded {
-    /// `t` as its run.toml; fails only on a value TOML cannot hold (a
-    /// path that is not UTF-8), and says so.
-    pub fn of<T: Versioned + Serialize>(t: &T) -> Result<Self, String> {
-        Ok(Self {
-            text: crate::format::to_toml(t)?,
-            legacy: T::LEGACY_FILE,
-        })
+/// Recorded settings at `path`, migrated from their layout and parsed
+/// strictly: an older wmrl's `.json`, or TOML.
+fn read_settings_at<T: Versioned + DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    if is_json(path) {
+        read_recorded_json(path, &[], |t| crate::format::from_json(t, Absent::Recorded))
+    } else {
+        Ok(load_versioned(path, &[], Absent::Recorded)?.0)
     }
 }
 
@@ -151,14 +150,7 @@ impl RunDir {
             path: self.dir.display().to_string(),
             message: format!("holds no recorded settings ({SETTINGS_FILE})"),
         })?;
-        let t = if is_json(&path) {
-            read_recorded_json(&path, &[], |t| {
-                crate::format::from_json(t, Absent::Recorded)
-            })?
-        } else {
-            load_versioned(&path, &[], Absent::Recorded)?.0
-        };
-        Ok((t, path))
+        Ok((read_settings_at(&path)?, path))
     }
 
     /// This directory's recorded settings against `now` ([`differs`]);
@@ -167,16 +159,28 @@ impl RunDir {
         &self,
         now: &T,
     ) -> Result<Option<Against<T>>, ConfigError> {
-        if self.recorded_settings::<T>().is_none() {
+        let Some(path) = self.recorded_settings::<T>() else {
             return Ok(None);
-        }
-        let (recorded, path) = self.read_settings::<T>()?;
+        };
+        let recorded = read_settings_at(&path)?;
         let differs = differs(&recorded, now);
         Ok(Some(Against {
             recorded,
             path,
             differs,
         }))
+    }
+
+    /// `t` as this directory's run.toml, to write ([`RunDir::write_settings`],
+    /// [`RunDir::prepare`]); fails only on a value TOML cannot hold (a path
+    /// that is not UTF-8), naming the file.
+    pub fn recorded<T: Versioned + Serialize>(&self, t: &T) -> Result<Recorded, RecordError> {
+        let text = crate::format::to_toml(t)
+            .map_err(|e| err(&self.settings(), format!("cannot be written as TOML: {e}")))?;
+        Ok(Recorded {
+            text,
+            legacy: T::LEGACY_FILE,
+        })
     }
 
     /// Write `settings` to `run.toml` atomically, then remove the file an
@@ -271,8 +275,18 @@ mod tests {
         steps: usize,
     }
 
-    impl RunSettings for Settings {
-        const MAY_CHANGE: &'static [&'static str] = &["device"];
+    impl Versioned for Settings {
+        const FORMAT: u32 = 1;
+        const LEGACY_FILE: Option<&'static str> = Some("old_config.json");
+        fn migrate(
+            _: u32,
+            doc: &mut serde_json::Map<String, serde_json::Value>,
+        ) -> Result<(), String> {
+            if let Some(n) = doc.remove("n_steps") {
+                doc.insert("steps".into(), n);
+            }
+            Ok(())
+        }
     }
 
     #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -283,12 +297,6 @@ mod tests {
 
     impl Versioned for Placed {
         const FORMAT: u32 = 0;
-        fn migrate(
-            _: u32,
-            _: &mut serde_json::Map<String, serde_json::Value>,
-        ) -> Result<(), String> {
-            Ok(())
-        }
     }
 
     impl RunSettings for Placed {
@@ -307,7 +315,7 @@ mod tests {
             run.against_recorded(&cpu).unwrap().is_none(),
             "nothing recorded"
         );
-        run.write_settings(&Recorded::of(&cpu).unwrap()).unwrap();
+        run.write_settings(&run.recorded(&cpu).unwrap()).unwrap();
         let gpu = Placed {
             device: "cuda".into(),
             ..cpu
@@ -318,20 +326,6 @@ mod tests {
         let a = run.against_recorded(&longer).unwrap().unwrap();
         assert_eq!(a.differs.as_deref(), Some("steps: 3 against 4"));
         assert_eq!(a.path, run.settings());
-    }
-
-    impl Versioned for Settings {
-        const FORMAT: u32 = 1;
-        const LEGACY_FILE: Option<&'static str> = Some("old_config.json");
-        fn migrate(
-            _: u32,
-            doc: &mut serde_json::Map<String, serde_json::Value>,
-        ) -> Result<(), String> {
-            if let Some(n) = doc.remove("n_steps") {
-                doc.insert("steps".into(), n);
-            }
-            Ok(())
-        }
     }
 
     #[test]
@@ -348,7 +342,7 @@ mod tests {
         assert_eq!((s.steps, from), (3, old.clone()));
         assert!(!run.settings().exists());
         // Writing records run.toml, format first, and removes the old file.
-        let rec = Recorded::of(&Settings { steps: 4 }).unwrap();
+        let rec = run.recorded(&Settings { steps: 4 }).unwrap();
         assert_eq!(rec.text, "format = 1\nsteps = 4\n");
         run.write_settings(&rec).unwrap();
         assert!(!old.exists(), "one settings file a directory");

@@ -637,14 +637,6 @@ impl TrainConfig {
         Ok((cfg, path))
     }
 
-    /// The config as a run directory records it (run.toml).
-    pub fn recorded(&self) -> Result<wmrl_run::Recorded> {
-        wmrl_run::Recorded::of(self).map_err(|e| TrainError::Config {
-            path: "config".into(),
-            message: format!("cannot be written as TOML: {e}"),
-        })
-    }
-
     pub fn load(path: &Path) -> Result<Self> {
         Self::load_with(path, &[])
     }

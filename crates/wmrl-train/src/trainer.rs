@@ -173,7 +173,7 @@ impl Trainer {
         let files = RunDir::new(dir);
         let opened = files.open::<RobotState>(wmrl_run::Resume::Never, |_| None)?;
         let core = CorrectionLoop::new(cfg.wmrl.clone(), cfg.arm, cfg.seed)?;
-        let recorded = cfg.recorded()?;
+        let recorded = files.recorded(&cfg)?;
         // People's labels left by a run that stopped before its first
         // checkpoint belong to these rollouts only if the settings are the
         // same (same ids, same rollouts); otherwise they would be misread.

@@ -57,12 +57,6 @@ pub struct TrainConfig {
 impl wmrl_run::Versioned for TrainConfig {
     const FORMAT: u32 = 0;
     const LEGACY_FILE: Option<&'static str> = Some("train_config.json");
-    fn migrate(
-        _: u32,
-        _: &mut serde_json::Map<String, serde_json::Value>,
-    ) -> std::result::Result<(), String> {
-        Ok(())
-    }
 }
 
 impl Default for TrainConfig {
@@ -411,10 +405,9 @@ pub fn save(dir: &Path, trained: &Trained, split: &SplitRecord) -> Result<()> {
         std::fs::write(&p, v.json()?).map_err(|e| io_err(&p, e))
     };
     let run = wmrl_run::RunDir::new(dir);
-    let settings = wmrl_run::Recorded::of(&trained.config)
-        .map_err(|e| WmError::Config(format!("{}: {e}", run.settings().display())))?;
-    run.write_settings(&settings)
-        .map_err(|e| io_err(&run.settings(), e.message))?;
+    run.recorded(&trained.config)
+        .and_then(|s| run.write_settings(&s))
+        .map_err(|e| io_err(Path::new(&e.path), e.message))?;
     write_json(SPLIT_FILE, split)?;
     Ok(())
 }

@@ -192,7 +192,7 @@ fn spawn(args: &Args, job: &Job) -> anyhow::Result<Child> {
                     .with_context(|| format!("clearing {}", dir.display()))?;
             }
             std::fs::create_dir_all(dir)?;
-            run.write_settings(&cfg.recorded()?)?;
+            run.write_settings(&run.recorded(cfg)?)?;
             cmd.arg("--config")
                 .arg(run.settings())
                 .arg("--out")
